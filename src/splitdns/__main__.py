@@ -1,0 +1,5 @@
+"""`python -m splitdns` runs the command line."""
+
+from splitdns.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,142 @@
+"""The answer cache of one server block: wire bytes in, wire bytes out, time passed in.
+
+Keyed by question (lower-cased name, type, class, DO and CD bits), never by RRset, so a
+reply can only ever fill the entry for the question that was asked (no poisoning of other
+names). Stores the reply without OPT and with the offset of every TTL, so a hit is a copy
+and a few byte patches (`wire.render`). Never touches a socket or a clock.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import dns.message
+import dns.rcode
+import dns.rdatatype
+
+from splitdns import wire
+from splitdns.directives.cache import CacheSpec
+
+SUCCESS, DENIAL, SERVFAIL = "success", "denial", "servfail"
+
+
+class Entry:
+    __slots__ = ("expires", "kind", "offsets", "stale_until", "stored", "ttl", "wire")
+
+    def __init__(self, stored: bytes, offsets: tuple[int, ...], kind: str, ttl: float,
+                 now: float, stale: float) -> None:
+        self.wire = stored
+        self.offsets = offsets
+        self.kind = kind
+        self.ttl = ttl
+        self.stored = now
+        self.expires = now + ttl
+        self.stale_until = self.expires + stale
+
+    def remaining(self, now: float) -> int:
+        """TTL to serve: counts down from the stored duration; 0 once stale."""
+        return max(0, int(self.ttl - int(now - self.stored)))
+
+
+class Cache:
+    def __init__(self, spec: CacheSpec) -> None:
+        self.spec = spec
+        self._success: OrderedDict[bytes, Entry] = OrderedDict()
+        self._denial: OrderedDict[bytes, Entry] = OrderedDict()
+        self.evictions = 0
+
+    def __len__(self) -> int:
+        return len(self._success) + len(self._denial)
+
+    def get(self, key: bytes, now: float) -> Entry | None:
+        """A fresh entry, or None. Expired entries stay for serve_stale, then go."""
+        entry = self._success.get(key) or self._denial.get(key)
+        if entry is None or now < entry.expires:
+            return entry
+        if now >= entry.stale_until:
+            self._forget(key, entry)
+        return None
+
+    def get_stale(self, key: bytes, now: float) -> Entry | None:
+        entry = self._success.get(key) or self._denial.get(key)
+        if entry is not None and entry.expires <= now < entry.stale_until:
+            return entry
+        return None
+
+    def put(self, key: bytes, name: bytes, reply: bytes, msg: dns.message.Message,
+            now: float) -> Entry | None:
+        """Store a validated upstream reply if it may be cached; the entry, or None."""
+        if msg.flags & wire.TC or not self._covers(name):
+            return None
+        kind, ttl = self._classify(msg)
+        if kind is None:
+            return None
+        indexed = wire.index_reply(reply)
+        if indexed is None:
+            return None
+        stale = self.spec.serve_stale if kind != SERVFAIL else 0.0
+        entry = Entry(indexed[0], indexed[1], kind, ttl, now, stale)
+        table = self._denial if kind != SUCCESS else self._success
+        capacity = self.spec.denial_capacity if kind != SUCCESS else self.spec.success_capacity
+        table.pop(key, None)
+        (self._success if table is self._denial else self._denial).pop(key, None)
+        table[key] = entry
+        while len(table) > capacity:
+            table.popitem(last=False)  # O(1); `del d[next(iter(d))]` is O(n) on a dict
+            self.evictions += 1
+        return entry
+
+    def _covers(self, name: bytes) -> bool:
+        if not self.spec.zones:
+            return True
+        text = _wire_to_text(name)
+        return any(zone == "." or text == zone or text.endswith("." + zone)
+                   for zone in self.spec.zones)
+
+    def _classify(self, msg: dns.message.Message) -> tuple[str | None, float]:
+        spec = self.spec
+        rcode = msg.rcode()
+        if rcode == dns.rcode.SERVFAIL:
+            return (SERVFAIL, spec.servfail_ttl) if spec.servfail_ttl > 0 else (None, 0)
+        if rcode == dns.rcode.NOERROR and msg.answer:
+            if spec.disable_success:
+                return None, 0
+            return SUCCESS, _clamp(_min_ttl(msg), spec.success_min_ttl, spec.success_ttl)
+        if rcode in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
+            soa = _soa_ttl(msg)
+            if soa is None or spec.disable_denial:
+                return None, 0  # RFC 2308: a negative answer without SOA is not cached
+            return DENIAL, _clamp(soa, spec.denial_min_ttl, spec.denial_ttl)
+        return None, 0
+
+    def _forget(self, key: bytes, entry: Entry) -> None:
+        (self._success if entry.kind == SUCCESS else self._denial).pop(key, None)
+
+
+def _clamp(ttl: int, low: int, high: int) -> int:
+    return min(max(ttl, low), high)
+
+
+def _ttl(value: int) -> int:
+    return 0 if value & 0x80000000 else value  # RFC 2181 8: top bit set means zero
+
+
+def _min_ttl(msg: dns.message.Message) -> int:
+    ttls = [_ttl(rrset.ttl) for section in (msg.answer, msg.authority, msg.additional)
+            for rrset in section]
+    return min(ttls) if ttls else 0
+
+
+def _soa_ttl(msg: dns.message.Message) -> int | None:
+    for rrset in msg.authority:
+        if rrset.rdtype == dns.rdatatype.SOA:
+            return min(_ttl(rrset.ttl), _ttl(rrset[0].minimum))
+    return None
+
+
+def _wire_to_text(name: bytes) -> str:
+    labels, pos = [], 0
+    while name[pos]:
+        labels.append(name[pos + 1:pos + 1 + name[pos]].decode("ascii", "replace"))
+        pos += name[pos] + 1
+    return ".".join(labels) + "." if labels else "."

@@ -1,0 +1,40 @@
+"""`splitdns demo`: run the resolver in the seed's layout against built-in loopback upstreams."""
+
+from __future__ import annotations
+
+import errno
+import sys
+
+from splitdns import config, demo, logs
+from splitdns.commands import serve
+from splitdns.server import Server
+
+FALLBACK_PORT = 5300
+
+
+def run(port: int) -> int:
+    return serve.run_loop(_main(port))
+
+
+async def _main(port: int) -> int:
+    cluster, tunnel = demo.upstreams()
+    cluster.start(demo.CLUSTER_ADDR)
+    tunnel.start(demo.TUNNEL_ADDR)
+    for candidate in dict.fromkeys((port, FALLBACK_PORT)):
+        loaded = config.loads(demo.corefile(candidate, cluster, tunnel), "<demo Corefile>")
+        server = Server(loaded)
+        try:
+            await server.start()
+        except OSError as err:
+            if getattr(err, "errno", None) in (errno.EADDRINUSE, errno.EACCES):
+                logs.info(f"port {candidate} is not available ({err.strerror}); trying another")
+                continue
+            logs.error(str(err))
+            return serve.EXIT_START
+        print(demo.corefile(candidate, cluster, tunnel))
+        print(demo.instructions(candidate), flush=True)
+        await serve.wait_for_signal()
+        server.close()
+        return serve.EXIT_OK
+    print("splitdns demo: no free port; pass --port N", file=sys.stderr)
+    return serve.EXIT_START

@@ -1,0 +1,233 @@
+"""Corefile meaning: server blocks to a frozen, typed `Config`; errors name file and line.
+
+Never opens a socket. Reading a resolv.conf named by `forward` is the one file access
+besides the Corefile itself, and it happens here, at load, as in CoreDNS.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import dns.exception
+import dns.name
+
+from splitdns import corefile
+from splitdns.directives import bind, cache, forward, logging
+from splitdns.errors import ConfigError, Location
+
+DEFAULT_PORT = 53
+
+SUPPORTED = ("bind", "cache", "errors", "forward", "log")
+# Directives CoreDNS has that we deliberately do not: named in the error so the user
+# knows the Corefile is fine for CoreDNS but not for us.
+COREDNS_ONLY = (
+    "acl", "any", "auto", "autopath", "azure", "cancel", "chaos", "clouddns", "debug",
+    "dns64", "dnssec", "dnstap", "erratic", "etcd", "file", "geoip", "grpc", "header",
+    "hosts", "k8s_external", "kubernetes", "local", "loadbalance", "metadata", "minimal",
+    "multisocket", "nsid", "pprof", "rewrite", "root", "route53", "secondary", "sign",
+    "template", "timeouts", "tls", "trace", "transfer", "tsig", "view", "whoami",
+)
+# CoreDNS runs plugins in a compiled order, not in file order (plugin.cfg); so do we.
+ORDER = ("bind", "errors", "log", "cache", "forward")
+ONCE = ("bind", "cache", "errors", "log")
+
+
+@dataclass(frozen=True)
+class Block:
+    """One server block: the zones it owns on a port, and what it does with their queries."""
+
+    zones: tuple[str, ...]
+    port: int
+    where: Location
+    bind: tuple[str, ...] = bind.LOOPBACK
+    forwards: tuple[forward.ForwardSpec, ...] = ()
+    cache: cache.CacheSpec | None = None
+    errors: logging.ErrorsSpec | None = None
+    log: logging.LogSpec | None = None
+    explicit_bind: bool = False
+
+    @property
+    def name(self) -> str:
+        return " ".join(self.zones) + f":{self.port}"
+
+
+@dataclass(frozen=True)
+class Config:
+    blocks: tuple[Block, ...]
+    path: str
+
+    def listeners(self) -> dict[tuple[str, int], tuple[Block, ...]]:
+        """Which blocks each (address, port) serves."""
+        out: dict[tuple[str, int], list[Block]] = {}
+        for block in self.blocks:
+            for host in block.bind:
+                out.setdefault((host, block.port), []).append(block)
+        return {k: tuple(v) for k, v in out.items()}
+
+
+def load(path: str | Path, default_port: int = DEFAULT_PORT,
+         env: Mapping[str, str] | None = None) -> Config:
+    return build(corefile.load(path, env), str(path), default_port)
+
+
+def loads(text: str, file: str = "Corefile", default_port: int = DEFAULT_PORT,
+          env: Mapping[str, str] | None = None) -> Config:
+    return build(corefile.parse(text, file, env), file, default_port)
+
+
+def build(blocks: list[corefile.ServerBlock], path: str, default_port: int) -> Config:
+    built = tuple(_block(b, default_port) for b in blocks)
+    _check_unique(built)
+    _check_bind_consistency(built)
+    config = Config(built, path)
+    _check_self_forward(config)
+    return config
+
+
+def _block(sb: corefile.ServerBlock, default_port: int) -> Block:
+    zones: list[str] = []
+    ports: set[int] = set()
+    for key in sb.keys:
+        for text in key.text.split(","):
+            if text:
+                zone_names, port = _key(key, text, default_port)
+                zones.extend(zone_names)
+                ports.add(port)
+    if len(ports) > 1:
+        raise ConfigError(sb.where, "all keys of one server block must use the same port")
+    seen: dict[str, corefile.Statement] = {}
+    values: dict[str, object] = {}
+    forwards: list[forward.ForwardSpec] = []
+    for st in sb.directives:
+        name = st.name
+        if name not in SUPPORTED:
+            raise _unknown(st)
+        if name in ONCE and name in seen:
+            raise ConfigError(st.where, f"{name} can be used only once per server block "
+                                        f"(first at {seen[name].where})")
+        seen[name] = st
+        if name == "forward":
+            forwards.append(forward.parse(st))
+        elif name == "cache":
+            values["cache"] = cache.parse(st)
+        elif name == "errors":
+            values["errors"] = logging.parse_errors(st)
+        elif name == "log":
+            values["log"] = logging.parse_log(st)
+        elif name == "bind":
+            values["bind"] = bind.parse(st)
+            values["explicit_bind"] = True
+    return Block(zones=tuple(dict.fromkeys(zones)), port=ports.pop(), where=sb.where,
+                 forwards=tuple(forwards), **values)  # type: ignore[arg-type]
+
+
+def _unknown(st: corefile.Statement) -> ConfigError:
+    supported = ", ".join(SUPPORTED)
+    if st.name in COREDNS_ONLY:
+        return ConfigError(st.where, f"{st.name!r} is a CoreDNS plugin that splitdns does not "
+                                     f"implement; splitdns supports: {supported}")
+    return ConfigError(st.where, f"unknown directive {st.name!r}; splitdns supports: {supported}")
+
+
+def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], int]:
+    where = tok.where
+    rest = text
+    if "://" in rest:
+        scheme, rest = rest.split("://", 1)
+        if scheme != "dns":
+            raise ConfigError(where, f"{scheme}:// servers are not supported; only dns://")
+    port = default_port
+    host = rest
+    if ":" in rest and not rest.startswith("["):
+        host, _, port_text = rest.rpartition(":")
+        if not port_text:
+            raise ConfigError(where, f"{text!r}: a ':' with no port after it")
+        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+            raise ConfigError(where, f"{text!r}: {port_text!r} is not a port number")
+        port = int(port_text)
+    if not host:
+        host = "."
+    if "/" in host:
+        return _reverse_zones(where, host), port
+    try:
+        name = dns.name.from_text(host.lower())
+    except dns.exception.DNSException as err:
+        raise ConfigError(where, f"{host!r} is not a valid zone name ({err})") from None
+    return [name.to_text()], port
+
+
+def _reverse_zones(where: Location, cidr: str) -> list[str]:
+    """A CIDR key stands for its reverse zones, split on octet (nibble for IPv6) boundaries."""
+    try:
+        net = ipaddress.ip_network(cidr, strict=True)
+    except ValueError as err:
+        raise ConfigError(where, f"{cidr!r} is not a network: {err}") from None
+    step = 8 if net.version == 4 else 4
+    boundary = -(-net.prefixlen // step) * step
+    zones = []
+    for sub in net.subnets(new_prefix=boundary) if boundary != net.prefixlen else [net]:
+        labels = sub.network_address.reverse_pointer.split(".")
+        keep = boundary // step
+        host_labels = (32 if net.version == 4 else 128) // step - keep
+        zones.append(".".join(labels[host_labels:]) + ".")
+    if len(zones) > 256:
+        raise ConfigError(where, f"{cidr!r} expands to {len(zones)} reverse zones; use a longer prefix")
+    return zones
+
+
+def _check_unique(blocks: tuple[Block, ...]) -> None:
+    seen: dict[tuple[str, int], Block] = {}
+    for block in blocks:
+        for zone in block.zones:
+            first = seen.get((zone, block.port))
+            if first is not None:
+                raise ConfigError(block.where, f"cannot serve dns://{zone}:{block.port} - it is "
+                                               f"already defined at {first.where}")
+            seen[(zone, block.port)] = block
+
+
+def _check_bind_consistency(blocks: tuple[Block, ...]) -> None:
+    by_port: dict[int, list[Block]] = {}
+    for block in blocks:
+        by_port.setdefault(block.port, []).append(block)
+    for port, group in by_port.items():
+        explicit = {b.explicit_bind for b in group}
+        if len(explicit) > 1:
+            lone = next(b for b in group if not b.explicit_bind)
+            raise ConfigError(lone.where, f"some blocks on port {port} use bind and this one does "
+                                          "not: give every block of a port the same bind")
+
+
+def _check_self_forward(config: Config) -> None:
+    ours = set(config.listeners())
+    for block in config.blocks:
+        for spec in block.forwards:
+            for up in spec.upstreams:
+                if _is_ours(up.host, up.port, ours):
+                    raise ConfigError(None, _self_forward_message(spec, up, block))
+
+
+def _is_ours(host: str, port: int, ours: set[tuple[str, int]]) -> bool:
+    ip = ipaddress.ip_address(host)
+    for lhost, lport in ours:
+        if lport != port:
+            continue
+        lip = ipaddress.ip_address(lhost)
+        if lip == ip or (lip.is_unspecified and (ip.is_loopback or ip.is_unspecified)):
+            return True
+    return False
+
+
+def _self_forward_message(spec: forward.ForwardSpec, up: forward.Upstream, block: Block) -> str:
+    via = f" (read from {up.origin})" if up.origin.startswith("/") else ""
+    return (
+        f"{spec.line}: forward {spec.origin} sends queries to {up}{via}, which is this server "
+        f"itself (block {block.name}): every query there would loop until it times out. "
+        "Under dnsPolicy: None the pod's resolv.conf names only 127.0.0.1, so "
+        "`forward . /etc/resolv.conf` points the resolver at itself. Forward to a real "
+        "upstream instead: the kube-dns Service IP (kubectl -n kube-system get svc kube-dns "
+        "-o jsonpath='{.spec.clusterIP}') or the node's resolver."
+    )

@@ -1,0 +1,66 @@
+"""Argument helpers shared by the directive parsers: durations, counts, names, one-liners."""
+
+from __future__ import annotations
+
+import re
+
+import dns.exception
+import dns.name
+
+from splitdns.corefile import Statement
+from splitdns.errors import ConfigError
+
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
+_UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def duration(st: Statement, text: str, what: str) -> float:
+    """A Go-style duration (`500ms`, `2s`, `1m30s`), as CoreDNS writes them, in seconds."""
+    pos, total = 0, 0.0
+    while pos < len(text):
+        match = _DURATION_PART.match(text, pos)
+        if not match:
+            break
+        total += float(match.group(1)) * _UNIT_SECONDS[match.group(2)]
+        pos = match.end()
+    if pos != len(text) or not text:
+        raise ConfigError(st.where, f"{what}: {text!r} is not a duration (like 500ms, 2s, 1m)")
+    return total
+
+
+def integer(st: Statement, text: str, what: str, minimum: int = 0, maximum: int | None = None) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise ConfigError(st.where, f"{what}: {text!r} is not a whole number") from None
+    if value < minimum or (maximum is not None and value > maximum):
+        bound = f"from {minimum} to {maximum}" if maximum is not None else f"at least {minimum}"
+        raise ConfigError(st.where, f"{what}: {value} is out of range ({bound})")
+    return value
+
+
+def zone(st: Statement, text: str, what: str) -> str:
+    """A domain name normalised as CoreDNS does: lower case, fully qualified."""
+    try:
+        name = dns.name.from_text(text.lower())
+    except dns.exception.DNSException as err:
+        raise ConfigError(st.where, f"{what}: {text!r} is not a domain name ({err})") from None
+    return name.to_text()
+
+
+def arity(st: Statement, low: int, high: int | None, usage: str) -> None:
+    n = len(st.args)
+    if n < low or (high is not None and n > high):
+        raise ConfigError(st.where, f"{st.name}: wrong number of arguments; usage: {usage}")
+
+
+def no_body(st: Statement, usage: str) -> None:
+    if st.body is not None:
+        raise ConfigError(st.where, f"{st.name} takes no block; usage: {usage}")
+
+
+def unknown_option(opt: Statement, directive: str, known: tuple[str, ...]) -> ConfigError:
+    return ConfigError(
+        opt.where,
+        f"{directive}: unknown option {opt.name!r}; supported: {', '.join(known)}",
+    )

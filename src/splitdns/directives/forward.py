@@ -1,0 +1,224 @@
+"""`forward`: send the queries of a zone to upstream servers.
+
+Syntax (CoreDNS's, minus TLS, DoH and hostnames):
+
+    forward FROM TO... {
+        except IGNORED_NAMES...
+        force_tcp
+        prefer_udp
+        policy random|round_robin|sequential
+        max_fails INTEGER
+        health_check DURATION [no_rec] [domain FQDN]
+        read_timeout DURATION
+        max_concurrent INTEGER
+        max_connect_attempts INTEGER
+        failover RCODE...
+        failfast_all_unhealthy_upstreams
+        expire DURATION
+    }
+
+TO is `IP`, `IP:PORT`, `[IPv6]:PORT`, `dns://` before any of them, or the path of a
+resolv.conf file whose `nameserver` lines are read once, at load.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass
+from pathlib import Path
+
+import dns.rcode
+
+from splitdns.corefile import Statement
+from splitdns.directives import _args
+from splitdns.errors import ConfigError
+
+USAGE = "forward FROM TO... [{ options }]"
+MAX_UPSTREAMS = 15
+POLICIES = ("random", "round_robin", "sequential")
+OPTIONS = (
+    "except", "force_tcp", "prefer_udp", "policy", "max_fails", "health_check",
+    "read_timeout", "max_concurrent", "max_connect_attempts", "failover",
+    "failfast_all_unhealthy_upstreams", "expire",
+)
+
+
+@dataclass(frozen=True)
+class Upstream:
+    host: str
+    port: int
+    origin: str  # how the user wrote it, or the resolv.conf it came from
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ForwardSpec:
+    origin: str                       # FROM, normalised
+    upstreams: tuple[Upstream, ...]
+    excepts: tuple[str, ...] = ()
+    policy: str = "random"
+    max_fails: int = 2
+    health_check: float = 0.5
+    health_check_rd: bool = True
+    health_check_name: str = "."
+    read_timeout: float = 2.0
+    overall_timeout: float = 5.0
+    force_tcp: bool = False
+    prefer_udp: bool = False
+    max_concurrent: int = 0
+    max_connect_attempts: int | None = None  # None: twice the number of upstreams
+    failover: frozenset[int] = frozenset()
+    failfast_all_unhealthy: bool = False
+    expire: float = 10.0
+    line: str = ""                    # file:line, for messages
+
+    @property
+    def attempts(self) -> int:
+        if self.max_connect_attempts is None:
+            return 2 * len(self.upstreams)
+        return self.max_connect_attempts or 10_000
+
+
+def parse(st: Statement) -> ForwardSpec:
+    _args.arity(st, 2, None, USAGE)
+    origin = _args.zone(st, st.args[0], "forward FROM")
+    upstreams: list[Upstream] = []
+    for text in st.args[1:]:
+        for up in _targets(st, text):
+            if up not in upstreams:
+                upstreams.append(up)
+    if len(upstreams) > MAX_UPSTREAMS:
+        raise ConfigError(st.where, f"forward: more than {MAX_UPSTREAMS} upstreams")
+    options: dict[str, object] = {"line": str(st.where)}
+    for opt in st.body or ():
+        _option(opt, options)
+    return ForwardSpec(origin=origin, upstreams=tuple(upstreams), **options)  # type: ignore[arg-type]
+
+
+def _option(opt: Statement, out: dict[str, object]) -> None:
+    name, args = opt.name, opt.args
+    flag_options = {
+        "force_tcp": "force_tcp",
+        "prefer_udp": "prefer_udp",
+        "failfast_all_unhealthy_upstreams": "failfast_all_unhealthy",
+    }
+    if name in flag_options:
+        _args.arity(opt, 0, 0, name)
+        out[flag_options[name]] = True
+    elif name == "except":
+        _args.arity(opt, 1, None, "except NAME...")
+        out["excepts"] = tuple(_args.zone(opt, a, "except") for a in args)
+    elif name == "policy":
+        _args.arity(opt, 1, 1, "policy random|round_robin|sequential")
+        if args[0] not in POLICIES:
+            raise ConfigError(opt.where, f"policy: unknown policy {args[0]!r}; use one of {POLICIES}")
+        out["policy"] = args[0]
+    elif name == "max_fails":
+        _args.arity(opt, 1, 1, "max_fails INTEGER")
+        out["max_fails"] = _args.integer(opt, args[0], "max_fails")
+    elif name == "health_check":
+        _health_check(opt, out)
+    elif name in ("read_timeout", "expire"):
+        _args.arity(opt, 1, 1, f"{name} DURATION")
+        value = _args.duration(opt, args[0], name)
+        if value <= 0:
+            raise ConfigError(opt.where, f"{name}: must be more than zero")
+        out[name] = value
+    elif name == "max_concurrent":
+        _args.arity(opt, 1, 1, "max_concurrent INTEGER")
+        out["max_concurrent"] = _args.integer(opt, args[0], "max_concurrent")
+    elif name == "max_connect_attempts":
+        _args.arity(opt, 1, 1, "max_connect_attempts INTEGER")
+        out["max_connect_attempts"] = _args.integer(opt, args[0], "max_connect_attempts")
+    elif name == "failover":
+        _args.arity(opt, 1, None, "failover RCODE...")
+        out["failover"] = frozenset(_rcode(opt, a) for a in args)
+    else:
+        raise _args.unknown_option(opt, "forward", OPTIONS)
+
+
+def _health_check(opt: Statement, out: dict[str, object]) -> None:
+    usage = "health_check DURATION [no_rec] [domain FQDN]"
+    _args.arity(opt, 1, 4, usage)
+    out["health_check"] = _args.duration(opt, opt.args[0], "health_check")
+    rest = list(opt.args[1:])
+    while rest:
+        word = rest.pop(0)
+        if word == "no_rec":
+            out["health_check_rd"] = False
+        elif word == "domain" and rest:
+            out["health_check_name"] = _args.zone(opt, rest.pop(0), "health_check domain")
+        else:
+            raise ConfigError(opt.where, f"health_check: unexpected {word!r}; usage: {usage}")
+
+
+def _rcode(opt: Statement, text: str) -> int:
+    try:
+        code = dns.rcode.from_text(text)
+    except dns.rcode.UnknownRcode:
+        raise ConfigError(opt.where, f"failover: unknown rcode {text!r}") from None
+    if code == dns.rcode.NOERROR:
+        raise ConfigError(opt.where, "failover: NOERROR cannot trigger a failover")
+    return int(code)
+
+
+def _targets(st: Statement, text: str) -> list[Upstream]:
+    if text.startswith("dns://"):
+        text = text[len("dns://"):]
+    elif "://" in text:
+        scheme = text.split("://", 1)[0]
+        raise ConfigError(st.where, f"forward: {scheme}:// upstreams are not supported; use plain DNS")
+    address = _address(text)
+    if address is not None:
+        return [Upstream(address[0], address[1], text)]
+    if "/" in text:
+        return _resolv_conf(st, text)
+    raise ConfigError(
+        st.where,
+        f"forward: {text!r} is neither an IP address (IP, IP:PORT, [IPv6]:PORT) nor a file path; "
+        "hostnames are not supported because resolving them would need this resolver",
+    )
+
+
+def _address(text: str) -> tuple[str, int] | None:
+    host, port = text, 53
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            return None
+        host, rest = text[1:end], text[end + 1:]
+        if rest:
+            if not rest.startswith(":") or not rest[1:].isdigit():
+                return None
+            port = int(rest[1:])
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+        if not port_text.isdigit():
+            return None
+        port = int(port_text)
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if not 0 < port < 65536:
+        return None
+    return str(ip), port
+
+
+def _resolv_conf(st: Statement, path: str) -> list[Upstream]:
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as err:
+        raise ConfigError(st.where, f"forward: cannot read {path}: {err.strerror or err}") from None
+    found: list[Upstream] = []
+    for line in lines:
+        words = line.split()
+        if len(words) >= 2 and words[0] == "nameserver":
+            address = _address(words[1].split("%", 1)[0])
+            if address is not None:
+                found.append(Upstream(address[0], 53, path))
+    if not found:
+        raise ConfigError(st.where, f"forward: {path} has no usable nameserver line")
+    return found

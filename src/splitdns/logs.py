@@ -1,0 +1,63 @@
+"""Log lines in CoreDNS's formats (so existing log parsers keep working), or one JSON object.
+
+`log`:    [INFO] {remote}:{port} - {id} "{type} {class} {name} {proto} {size} {do} {bufsize}"
+          {rcode} {rflags} {rsize} {duration}
+`errors`: [ERROR] plugin/errors: {rcode-number} {name} {type}: {error}
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from typing import TextIO
+
+import dns.rcode
+import dns.rdatatype
+
+from splitdns import resolve, wire
+
+_FLAG_NAMES = ((wire.QR, "qr"), (wire.AA, "aa"), (wire.TC, "tc"), (wire.RD, "rd"),
+               (wire.RA, "ra"), (wire.AD, "ad"), (wire.CD, "cd"))
+
+
+def _flags(reply: bytes) -> str:
+    flags = struct.unpack_from("!H", reply, 2)[0] if len(reply) >= 4 else 0
+    return ",".join(name for bit, name in _FLAG_NAMES if flags & bit)
+
+
+def query_line(q: wire.Query, remote: tuple[str, int], proto: str, size: int,
+               reply: bytes, seconds: float, as_json: bool) -> str:
+    qtype = dns.rdatatype.to_text(dns.rdatatype.RdataType.make(q.qtype))
+    name = resolve.wire_to_text(q.question[:-4])
+    rcode = dns.rcode.to_text(dns.rcode.Rcode(reply[3] & 0xF)) if len(reply) >= 4 else "-"
+    if as_json:
+        return json.dumps({
+            "level": "info", "remote": remote[0], "port": remote[1], "id": q.id, "type": qtype,
+            "class": "IN", "name": name, "proto": proto, "size": size, "do": q.do,
+            "bufsize": q.payload, "rcode": rcode, "rflags": _flags(reply), "rsize": len(reply),
+            "duration": round(seconds, 6),
+        })
+    return (f'[INFO] {remote[0]}:{remote[1]} - {q.id} "{qtype} IN {name} {proto} {size} '
+            f'{str(q.do).lower()} {q.payload}" {rcode} {_flags(reply)} {len(reply)} '
+            f"{seconds:.9f}s")
+
+
+def error_line(rcode: int, name: str, qtype: str, error: str, as_json: bool) -> str:
+    if as_json:
+        return json.dumps({"level": "error", "plugin": "errors", "rcode": rcode,
+                           "name": name, "type": qtype, "error": error})
+    return f"[ERROR] plugin/errors: {rcode} {name} {qtype}: {error}"
+
+
+def info(message: str, out: TextIO | None = None) -> None:
+    print(f"[INFO] {message}", file=out or sys.stderr, flush=True)
+
+
+def error(message: str, out: TextIO | None = None) -> None:
+    print(f"[ERROR] {message}", file=out or sys.stderr, flush=True)
+
+
+def emit(line: str) -> None:
+    sys.stderr.write(line + "\n")
+    sys.stderr.flush()

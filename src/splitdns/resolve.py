@@ -1,0 +1,291 @@
+"""The resolver's core: route a query to its zone, answer from cache, decide each upstream step.
+
+Never touches a socket, a clock or the global random generator: `now` and `rng` come in as
+arguments, decisions go out as values. `server.py` does the I/O.
+
+The life of a query
+-------------------
+A query arrives on a listener (an address and port). `wire.parse_query` reads it without
+dnspython when it has the common shape; anything else goes through dnspython first and
+ends up as the same `wire.Query`, or as an error reply (FORMERR, NOTIMP, REFUSED).
+
+`Router.route` picks the server block: the longest zone that is a whole-label suffix of
+the name, so `svc.acme.internal` owns `db.svc.acme.internal` and the apex but never
+`svc.acme.internal.example.net`; the root zone `.` catches what nothing else owns; with
+no match the answer is REFUSED. Block order in the Corefile does not matter.
+
+The block's cache answers if it holds a fresh entry for the question: the stored wire
+bytes get the client's ID, spelling and flags and a counted-down TTL (`wire.render`).
+That is the hot path, and it never builds a dnspython message.
+
+On a miss, the block's first `forward` whose FROM covers the name (and no `except`
+excludes it) takes the query; if none does, SERVFAIL, as CoreDNS's "no next plugin". The
+shell merges identical queries already in flight, so one upstream exchange answers them
+all. An `Exchange` then walks the upstreams in policy order: each `Send` says which
+upstream, over UDP or TCP, and for how long to wait; the shell does it with a fresh
+socket and a fresh random ID, drops any reply that fails `wire.reply_matches` and keeps
+waiting, and reports back `answered` or `failed`. A truncated UDP reply is asked again
+over TCP; a failure moves to the next upstream until the attempts or the overall
+deadline run out, and then the client gets SERVFAIL. Upstreams that keep failing are
+marked down (more than `max_fails` failures in a row) and skipped until a health probe
+gets a reply; when all are down, `failfast_all_unhealthy_upstreams` answers SERVFAIL at
+once, else one is tried anyway, as in CoreDNS.
+
+A good reply is stored in the cache (if it may be) and rendered for each waiting client.
+A UDP reply larger than the client can take is replaced by a truncated one (TC set),
+so the client retries over TCP.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import dns.exception
+import dns.message
+import dns.rcode
+
+from splitdns import wire
+from splitdns.cache import Cache, Entry
+from splitdns.config import Block
+from splitdns.directives.forward import ForwardSpec, Upstream
+
+# Extended DNS Error codes (RFC 8914) we use.
+EDE_NETWORK_ERROR = 23
+EDE_NO_REACHABLE_AUTHORITY = 22
+EDE_NOT_READY = 14
+EDE_PROHIBITED = 18
+
+
+def name_to_wire(zone: str) -> bytes:
+    """Text zone (`svc.acme.internal.`) to lower-cased wire form, as `Query.name` holds it."""
+    out = b""
+    for label in zone.lower().rstrip(".").split("."):
+        if label:
+            raw = label.encode("ascii")
+            out += bytes((len(raw),)) + raw
+    return out + b"\x00"
+
+
+def wire_to_text(name: bytes) -> str:
+    labels, pos = [], 0
+    while name[pos]:
+        labels.append(name[pos + 1:pos + 1 + name[pos]].decode("ascii", "backslashreplace"))
+        pos += name[pos] + 1
+    return ".".join(labels) + "." if labels else "."
+
+
+def suffixes(name: bytes) -> Iterable[bytes]:
+    """Every whole-label suffix of a wire name, longest first, ending with the root."""
+    pos = 0
+    while name[pos]:
+        yield name[pos:]
+        pos += name[pos] + 1
+    yield b"\x00"
+
+
+def is_subdomain(name: bytes, zone: bytes) -> bool:
+    return zone == b"\x00" or any(s == zone for s in suffixes(name))
+
+
+@dataclass
+class UpstreamState:
+    """Health bookkeeping for one upstream: consecutive failures, and whether a probe runs."""
+
+    upstream: Upstream
+    fails: int = 0
+    probing: bool = False
+
+    def down(self, max_fails: int) -> bool:
+        return max_fails > 0 and self.fails > max_fails
+
+
+@dataclass
+class ForwardState:
+    spec: ForwardSpec
+    upstreams: list[UpstreamState]
+    origin: bytes = b""
+    excepts: tuple[bytes, ...] = ()
+    rotation: int = 0
+    broken: int = 0  # times every upstream was down (coredns_forward_healthcheck_broken_total)
+
+    @classmethod
+    def of(cls, spec: ForwardSpec) -> ForwardState:
+        return cls(spec, [UpstreamState(u) for u in spec.upstreams], name_to_wire(spec.origin),
+                   tuple(name_to_wire(e) for e in spec.excepts))
+
+    def covers(self, name: bytes) -> bool:
+        if not is_subdomain(name, self.origin):
+            return False
+        return name == self.origin or not any(is_subdomain(name, e) for e in self.excepts)
+
+    def ordered(self, rng: random.Random) -> list[UpstreamState]:
+        ups = list(self.upstreams)
+        if self.spec.policy == "random":
+            rng.shuffle(ups)
+        elif self.spec.policy == "round_robin":
+            shift = self.rotation % len(ups)
+            self.rotation += 1
+            ups = ups[shift:] + ups[:shift]
+        return ups
+
+
+@dataclass(frozen=True)
+class Send:
+    upstream: UpstreamState
+    tcp: bool
+    timeout: float
+
+
+@dataclass(frozen=True)
+class Done:
+    """The outcome of an exchange: an upstream reply, or an rcode of our own with a reason."""
+
+    reply: bytes | None = None
+    msg: dns.message.Message | None = None
+    rcode: int = dns.rcode.SERVFAIL
+    error: str | None = None
+    ede: tuple[int, str] | None = None
+
+
+@dataclass
+class Exchange:
+    """One client query's walk over a forward's upstreams (CoreDNS forward.go semantics)."""
+
+    fwd: ForwardState
+    now: float
+    rng: random.Random
+    deadline: float = 0.0
+    attempts: int = 0
+    order: list[UpstreamState] = field(default_factory=list)
+    index: int = 0
+    last_error: str = "no upstream answered"
+    last_reply: Done | None = None
+
+    def start(self) -> Send | Done:
+        self.deadline = self.now + self.fwd.spec.overall_timeout
+        self.order = self.fwd.ordered(self.rng)
+        return self._next(self.now)
+
+    def answered(self, step: Send, reply: bytes, msg: dns.message.Message, now: float) -> Send | Done:
+        step.upstream.fails = 0  # any reply at all means the upstream is alive
+        if not msg.question:
+            # No question: acceptable only as a failure signal (wire.reply_matches).
+            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(msg.rcode())}"
+            return self._next(now)
+        if msg.flags & wire.TC and not step.tcp:
+            return Send(step.upstream, True, self._timeout(now))
+        if msg.rcode() in self.fwd.spec.failover:
+            self.last_reply = Done(reply, msg)
+            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(msg.rcode())}"
+            return self._next(now)
+        return Done(reply, msg)
+
+    def failed(self, step: Send, error: str, now: float) -> Send | Done:
+        if self.fwd.spec.max_fails > 0:
+            step.upstream.fails += 1
+        self.last_error = f"{step.upstream}: {error}"
+        return self._next(now)
+
+    def _timeout(self, now: float) -> float:
+        return max(0.0, min(self.fwd.spec.read_timeout, self.deadline - now))
+
+    def _next(self, now: float) -> Send | Done:
+        spec = self.fwd.spec
+        if now >= self.deadline or self.attempts >= spec.attempts:
+            if self.last_reply is not None:
+                return self.last_reply
+            return Done(error=self.last_error,
+                        ede=(EDE_NO_REACHABLE_AUTHORITY, self.last_error))
+        skipped = 0
+        while True:
+            if self.index >= len(self.order):
+                self.index = 0
+            up = self.order[self.index]
+            self.index += 1
+            if not up.down(spec.max_fails):
+                break
+            skipped += 1
+            if skipped >= len(self.order):
+                self.fwd.broken += 1
+                if spec.failfast_all_unhealthy:
+                    reason = "all upstreams are down"
+                    return Done(error=reason, ede=(EDE_NO_REACHABLE_AUTHORITY, reason))
+                up = self.rng.choice(self.order)
+                break
+        self.attempts += 1
+        return Send(up, spec.force_tcp, self._timeout(now))
+
+
+class Zone:
+    """A server block at run time: its cache and forwards, and how replies are rendered."""
+
+    def __init__(self, block: Block, cache: Cache | None = None) -> None:
+        self.block = block
+        self.cache = cache if cache is not None else (Cache(block.cache) if block.cache else None)
+        self.forwards = [ForwardState.of(spec) for spec in block.forwards]
+
+    def forward_for(self, name: bytes) -> ForwardState | None:
+        for fwd in self.forwards:
+            if fwd.covers(name):
+                return fwd
+        return None
+
+    def store(self, q: wire.Query, done: Done, now: float) -> Entry | None:
+        """Cache an exchange's reply if it may be cached; done once per upstream exchange."""
+        if self.cache is None or done.reply is None or done.msg is None:
+            return None
+        return self.cache.put(q.key, q.name, done.reply, done.msg, now)
+
+    @staticmethod
+    def render(q: wire.Query, done: Done, entry: Entry | None, now: float) -> bytes:
+        """The reply one client gets for an exchange's outcome (merged clients each get theirs)."""
+        if entry is not None:
+            return wire.render(entry.wire, entry.offsets, entry.remaining(now), q)
+        if done.reply is None or done.msg is None:
+            return wire.error_reply(q, done.rcode, done.ede)
+        return render_passthrough(done.reply, done.msg, q)
+
+
+def render_passthrough(reply: bytes, msg: dns.message.Message, q: wire.Query) -> bytes:
+    indexed = wire.index_reply(reply)
+    if indexed is not None:
+        return wire.render(indexed[0], indexed[1], None, q)
+    out = dns.message.Message(q.id)  # dnspython path for replies we do not index by hand
+    out.flags = (msg.flags & ~(wire.RD | wire.CD)) | (q.flags & (wire.RD | wire.CD))
+    out.set_rcode(msg.rcode())
+    out.question = msg.question
+    out.answer, out.authority, out.additional = msg.answer, msg.authority, msg.additional
+    if q.edns:
+        out.use_edns(0, wire.DO if q.do else 0, wire.EDNS_PAYLOAD)
+    data = out.to_wire()
+    return data[:12] + q.question + data[12 + len(q.question):]
+
+
+class Router:
+    """Which zone owns a name on one listener: longest whole-label suffix, root last."""
+
+    def __init__(self, zones: Iterable[Zone]) -> None:
+        self.table: dict[bytes, Zone] = {}
+        for zone in zones:
+            for name in zone.block.zones:
+                self.table[name_to_wire(name)] = zone
+
+    def route(self, name: bytes) -> Zone | None:
+        table = self.table
+        pos = 0
+        while name[pos]:
+            zone = table.get(name[pos:])
+            if zone is not None:
+                return zone
+            pos += name[pos] + 1
+        return table.get(b"\x00")
+
+
+def parse_reply(sent: bytes, data: bytes) -> dns.message.Message | None:
+    """An upstream reply that passed `wire.reply_matches`, parsed fully; None if it does not parse."""
+    try:
+        return dns.message.from_wire(data, ignore_trailing=False)
+    except (dns.exception.DNSException, ValueError, IndexError):
+        return None

@@ -1,0 +1,343 @@
+"""The asyncio shell: listeners, the exchange loop, health probes. Decides no policy.
+
+UDP sockets are read with `loop.add_reader` and plain `recvfrom`, not a
+`DatagramProtocol`: the stock transport reads 256 KiB per datagram, which costs an
+mmap/munmap per query (research/perf-anchors.md). Cache hits are answered inside the
+read callback, with no task and no dnspython.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import errno
+import random
+import secrets
+import socket
+import struct
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+
+import dns.rcode
+import dns.rdatatype
+
+from splitdns import logs, queries, resolve, upstream, wire
+from splitdns.cache import Entry
+from splitdns.config import Block, Config
+
+TCP_IDLE_TIMEOUT = 10.0      # CoreDNS: idle 10 s, read 3 s; miekg/dns: 128 queries a connection
+TCP_READ_TIMEOUT = 3.0
+TCP_QUERIES_PER_CONNECTION = 128
+TCP_MAX_CONNECTIONS = 256
+UDP_READS_PER_WAKEUP = 64
+PROBE_TIMEOUT = 1.0
+
+
+@dataclass
+class Listener:
+    host: str
+    port: int
+    router: resolve.Router
+    udp: socket.socket | None = None
+    tcp: asyncio.Server | None = None
+
+    @property
+    def label(self) -> str:
+        return f"dns://{self.host}:{self.port}" if ":" not in self.host else \
+            f"dns://[{self.host}]:{self.port}"
+
+
+@dataclass
+class Server:
+    config: Config
+    clock: Callable[[], float] = time.monotonic
+    rng: random.Random = field(default_factory=lambda: random.Random(secrets.randbits(64)))
+    counters: upstream.Counters = field(default_factory=upstream.Counters)
+    listeners: list[Listener] = field(default_factory=list)
+    zones: dict[Block, resolve.Zone] = field(default_factory=dict)
+    _inflight: dict[tuple[int, bytes], asyncio.Future[tuple[resolve.Done, Entry | None]]] = \
+        field(default_factory=dict)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _tcp_connections: int = 0
+
+    async def start(self) -> None:
+        self.zones = {block: resolve.Zone(block) for block in self.config.blocks}
+        for (host, port), blocks in self.config.listeners().items():
+            router = resolve.Router(self.zones[b] for b in blocks)
+            listener = Listener(host, port, router)
+            try:
+                await self._open(listener)
+            except OSError as err:
+                if host == "::1" and not any(b.explicit_bind for b in blocks) and \
+                        err.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
+                    continue  # no IPv6 loopback here; 127.0.0.1 is enough
+                self.close()
+                raise OSError(err.errno, f"cannot listen on {listener.label}: {err.strerror}") \
+                    from None
+            self.listeners.append(listener)
+
+    async def _open(self, listener: Listener) -> None:
+        family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_DGRAM)
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind((listener.host, listener.port))
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        listener.udp = sock
+        try:
+            listener.tcp = await asyncio.start_server(
+                lambda r, w: self._tcp_client(r, w, listener), listener.host, listener.port,
+                reuse_address=True, backlog=128)
+        except OSError:
+            sock.close()
+            listener.udp = None
+            raise
+        asyncio.get_running_loop().add_reader(sock.fileno(), self._udp_readable, listener)
+
+    def close(self) -> None:
+        loop = asyncio.get_running_loop()
+        for listener in self.listeners:
+            if listener.udp is not None:
+                loop.remove_reader(listener.udp.fileno())
+                listener.udp.close()
+            if listener.tcp is not None:
+                listener.tcp.close()
+        self.listeners.clear()
+        for task in self._tasks:
+            task.cancel()
+
+    # -- UDP ---------------------------------------------------------------------------------
+
+    def _udp_readable(self, listener: Listener) -> None:
+        sock = listener.udp
+        assert sock is not None
+        for _ in range(UDP_READS_PER_WAKEUP):
+            try:
+                data, addr = sock.recvfrom(4096)
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError:
+                continue  # e.g. an ICMP error queued on the socket: not ours to act on
+            q = wire.parse_query(data)
+            if q is not None and self._answer_hit(q, listener, addr, len(data)):
+                continue
+            verdict = queries.read(data) if q is None else q
+            if verdict is None:
+                continue
+            if isinstance(verdict, bytes):
+                self._send_udp(sock, verdict, addr)
+                continue
+            self._spawn(self._resolve_udp(verdict, listener, addr, len(data)))
+
+    def _answer_hit(self, q: wire.Query, listener: Listener, addr: tuple[str, int],
+                    size: int) -> bool:
+        """The hot path: a fresh cache entry answered from wire bytes. False on a miss."""
+        zone = listener.router.route(q.name)
+        if zone is None or zone.cache is None:
+            return False
+        now = self.clock()
+        entry = zone.cache.get(q.key, now)
+        if entry is None:
+            return False
+        out = wire.render(entry.wire, entry.offsets, entry.remaining(now), q)
+        if len(out) > q.max_udp:
+            out = wire.truncated(q, struct.unpack_from("!H", entry.wire, 2)[0])
+        assert listener.udp is not None
+        self._send_udp(listener.udp, out, addr)
+        if zone.block.log is not None:
+            self._log_query(zone.block, q, addr, "udp", size, out, now)
+        return True
+
+    async def _resolve_udp(self, q: wire.Query, listener: Listener, addr: tuple[str, int],
+                           size: int) -> None:
+        start = self.clock()
+        out, block = await self.answer(q, listener)
+        if len(out) > q.max_udp:
+            out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
+        assert listener.udp is not None
+        self._send_udp(listener.udp, out, addr)
+        if block is not None and block.log is not None:
+            self._log_query(block, q, addr, "udp", size, out, start)
+
+    @staticmethod
+    def _send_udp(sock: socket.socket, data: bytes, addr: tuple[str, int]) -> None:
+        # A full buffer or a vanished client: UDP promises nothing, and neither do we.
+        with contextlib.suppress(OSError):
+            sock.sendto(data, addr)
+
+    # -- resolution --------------------------------------------------------------------------
+
+    async def answer(self, q: wire.Query, listener: Listener) -> tuple[bytes, Block | None]:
+        """The reply for a query, from cache or upstream (the full path, any transport)."""
+        try:
+            return await self._resolve(q, listener)
+        except Exception as err:  # our own bug: the client still gets an answer, we a log line
+            logs.error(f"internal error while resolving: {err!r}")
+            return wire.error_reply(q, dns.rcode.SERVFAIL), None
+
+    async def _resolve(self, q: wire.Query, listener: Listener) -> tuple[bytes, Block | None]:
+        zone = listener.router.route(q.name)
+        if zone is None:
+            return wire.error_reply(q, dns.rcode.REFUSED), None
+        now = self.clock()
+        if zone.cache is not None:
+            entry = zone.cache.get(q.key, now)
+            if entry is not None:
+                return wire.render(entry.wire, entry.offsets, entry.remaining(now), q), zone.block
+        fwd = zone.forward_for(q.name)
+        if fwd is None:
+            self._log_error(zone.block, q, dns.rcode.SERVFAIL, "no next plugin found")
+            return wire.error_reply(q, dns.rcode.SERVFAIL), zone.block
+        done, entry = await self._merged(zone, fwd, q)
+        if done.error is not None:
+            self._log_error(zone.block, q, done.rcode, done.error)
+        return zone.render(q, done, entry, self.clock()), zone.block
+
+    async def _merged(self, zone: resolve.Zone, fwd: resolve.ForwardState,
+                      q: wire.Query) -> tuple[resolve.Done, Entry | None]:
+        """Identical queries in flight share one upstream exchange (CVE-2020-25686)."""
+        key = (id(zone), q.key)
+        pending = self._inflight.get(key)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[tuple[resolve.Done, Entry | None]] = \
+            asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            done = await self._exchange(fwd, q)
+            entry = zone.store(q, done, self.clock())
+            future.set_result((done, entry))
+        except BaseException as err:
+            future.set_exception(err)
+            future.exception()  # mark retrieved: waiters may be none
+            raise
+        finally:
+            del self._inflight[key]
+        return done, entry
+
+    async def _exchange(self, fwd: resolve.ForwardState, q: wire.Query) -> resolve.Done:
+        exchange = resolve.Exchange(fwd, self.clock(), self.rng)
+        step = exchange.start()
+        while isinstance(step, resolve.Send):
+            sent = wire.upstream_query(q, secrets.randbits(16))
+            try:
+                data, msg = await upstream.ask(sent, step.upstream.upstream, step.tcp,
+                                               step.timeout, self.counters)
+            except upstream.UpstreamError as err:
+                failed = step.upstream
+                step = exchange.failed(step, str(err), self.clock())
+                self._watch(fwd, failed)
+            else:
+                step = exchange.answered(step, data, msg, self.clock())
+        return step
+
+    # -- health probes -----------------------------------------------------------------------
+
+    def _watch(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
+        if state.fails > 0 and not state.probing and fwd.spec.max_fails > 0:
+            state.probing = True
+            self._spawn(self._probe(fwd, state))
+
+    async def _probe(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
+        """Probe a failing upstream until it answers (CoreDNS: any reply counts as healthy)."""
+        spec = fwd.spec
+        name = resolve.name_to_wire(spec.health_check_name)
+        try:
+            while state.fails > 0:
+                await asyncio.sleep(spec.health_check)
+                flags = wire.RD if spec.health_check_rd else 0
+                probe = wire.HEADER.pack(secrets.randbits(16), flags, 1, 0, 0, 0) + name + \
+                    struct.pack("!HH", dns.rdatatype.NS, 1)
+                try:
+                    await upstream.ask(probe, state.upstream, spec.force_tcp,
+                                       min(PROBE_TIMEOUT, spec.read_timeout), self.counters)
+                except upstream.UpstreamError:
+                    state.fails += 1
+                else:
+                    state.fails = 0
+        finally:
+            state.probing = False
+
+    # -- TCP ---------------------------------------------------------------------------------
+
+    async def _tcp_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                          listener: Listener) -> None:
+        if self._tcp_connections >= TCP_MAX_CONNECTIONS:
+            writer.close()
+            return
+        self._tcp_connections += 1
+        pending: set[asyncio.Task[None]] = set()
+        peer = writer.get_extra_info("peername") or ("?", 0)
+        try:
+            for count in range(TCP_QUERIES_PER_CONNECTION):
+                try:
+                    async with asyncio.timeout(TCP_IDLE_TIMEOUT if count else TCP_READ_TIMEOUT):
+                        header = await reader.readexactly(2)
+                    async with asyncio.timeout(TCP_READ_TIMEOUT):
+                        data = await reader.readexactly(struct.unpack("!H", header)[0])
+                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
+                    break
+                verdict = queries.read(data)
+                if verdict is None:
+                    break
+                if isinstance(verdict, bytes):
+                    writer.write(struct.pack("!H", len(verdict)) + verdict)
+                    continue
+                task = asyncio.ensure_future(
+                    self._answer_tcp(verdict, listener, writer, peer, len(data)))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            if pending:
+                await asyncio.wait(pending, timeout=upstream_budget(self.config))
+        finally:
+            self._tcp_connections -= 1
+            for task in pending:
+                task.cancel()
+            writer.close()
+
+    async def _answer_tcp(self, q: wire.Query, listener: Listener, writer: asyncio.StreamWriter,
+                          peer: tuple[str, int], size: int) -> None:
+        start = self.clock()
+        out, block = await self.answer(q, listener)
+        if writer.is_closing():
+            return
+        writer.write(struct.pack("!H", len(out)) + out)
+        if block is not None and block.log is not None:
+            self._log_query(block, q, peer, "tcp", size, out, start)
+
+    # -- logging -----------------------------------------------------------------------------
+
+    def _log_query(self, block: Block, q: wire.Query, addr: tuple[str, int], proto: str,
+                   size: int, out: bytes, start: float) -> None:
+        assert block.log is not None
+        rcode = out[3] & 0xF
+        kind = "error" if rcode not in (0, 3) else ("denial" if rcode == 3 else "success")
+        if "all" in block.log.classes or kind in block.log.classes:
+            logs.emit(logs.query_line(q, addr, proto, size, out, self.clock() - start,
+                                      block.log.json))
+
+    @staticmethod
+    def _log_error(block: Block, q: wire.Query, rcode: int, error: str) -> None:
+        if block.errors is None:
+            return
+        name = resolve.wire_to_text(q.question[:-4])
+        logs.emit(logs.error_line(rcode, name, _type_text(q.qtype), error,
+                                  block.errors.json))
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+def upstream_budget(config: Config) -> float:
+    """The longest any query may wait on upstreams: the largest overall forward deadline."""
+    return max((f.overall_timeout for b in config.blocks for f in b.forwards), default=5.0) + 1
+
+
+def _type_text(qtype: int) -> str:
+    return dns.rdatatype.to_text(dns.rdatatype.RdataType.make(qtype))

@@ -1,0 +1,130 @@
+"""Asking an upstream: one attempt over UDP or TCP, hardened as RFC 5452 asks.
+
+Every UDP attempt gets a new socket connected to the upstream, on a port the kernel picks,
+so the kernel drops datagrams from any other address or port and an ICMP
+port-unreachable fails the attempt at once instead of after the timeout. A datagram that
+does not match the query (ID, QR, opcode, question) or does not parse is dropped and
+counted, and we keep waiting for the genuine reply: answering the client on the first
+forged packet would let an off-path attacker cut queries short.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import struct
+
+import dns.message
+
+from splitdns import resolve, wire
+from splitdns.directives.forward import Upstream
+
+
+class UpstreamError(Exception):
+    """An attempt failed: timeout, refused, reset, or a TCP reply that did not match."""
+
+
+class Counters:
+    """Evidence of spoofing or brokenness, for metrics: replies we dropped."""
+
+    def __init__(self) -> None:
+        self.mismatched = 0
+        self.unparseable = 0
+
+
+async def ask(sent: bytes, up: Upstream, tcp: bool, timeout: float,
+              counters: Counters) -> tuple[bytes, dns.message.Message]:
+    if timeout <= 0:
+        raise UpstreamError("no time left before the deadline")
+    if tcp:
+        return await _ask_tcp(sent, up, timeout, counters)
+    return await _ask_udp(sent, up, timeout, counters)
+
+
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+async def _ask_udp(sent: bytes, up: Upstream, timeout: float,
+                   counters: Counters) -> tuple[bytes, dns.message.Message]:
+    loop = asyncio.get_running_loop()
+    sock = socket.socket(_family(up.host), socket.SOCK_DGRAM)
+    try:
+        sock.setblocking(False)
+        try:
+            sock.connect((up.host, up.port))
+            sock.send(sent)
+        except OSError as err:
+            raise UpstreamError(f"send failed: {err.strerror or err}") from None
+        result: asyncio.Future[tuple[bytes, dns.message.Message]] = loop.create_future()
+
+        def readable() -> None:
+            for _ in range(64):  # bounded: a flood of forgeries cannot pin the loop here
+                if result.done():
+                    return
+                try:
+                    data = sock.recv(65535)
+                except (BlockingIOError, InterruptedError):
+                    return
+                except OSError as err:
+                    result.set_exception(UpstreamError(_describe(err)))
+                    return
+                if not wire.reply_matches(sent, data):
+                    counters.mismatched += 1
+                    continue
+                msg = resolve.parse_reply(sent, data)
+                if msg is None:
+                    counters.unparseable += 1
+                    continue
+                result.set_result((data, msg))
+                return
+
+        def expire() -> None:
+            if not result.done():
+                result.set_exception(UpstreamError(f"timeout after {timeout:g}s"))
+
+        fd = sock.fileno()
+        loop.add_reader(fd, readable)
+        timer = loop.call_later(timeout, expire)
+        try:
+            return await result
+        finally:
+            timer.cancel()
+            loop.remove_reader(fd)
+    finally:
+        sock.close()
+
+
+def _describe(err: OSError) -> str:
+    if isinstance(err, ConnectionRefusedError):
+        return "connection refused (nothing listens there)"
+    return err.strerror or str(err)
+
+
+async def _ask_tcp(sent: bytes, up: Upstream, timeout: float,
+                   counters: Counters) -> tuple[bytes, dns.message.Message]:
+    writer = None
+    try:
+        async with asyncio.timeout(timeout):
+            reader, writer = await asyncio.open_connection(up.host, up.port)
+            writer.write(struct.pack("!H", len(sent)) + sent)
+            await writer.drain()
+            length = struct.unpack("!H", await reader.readexactly(2))[0]
+            data = await reader.readexactly(length)
+    except TimeoutError:
+        raise UpstreamError(f"timeout after {timeout:g}s over TCP") from None
+    except asyncio.IncompleteReadError:
+        raise UpstreamError("TCP connection closed before a full reply") from None
+    except OSError as err:
+        raise UpstreamError(f"TCP: {_describe(err)}") from None
+    finally:
+        if writer is not None:
+            writer.close()
+    if not wire.reply_matches(sent, data):
+        counters.mismatched += 1
+        raise UpstreamError("TCP reply does not match the query")
+    msg = resolve.parse_reply(sent, data)
+    if msg is None:
+        counters.unparseable += 1
+        raise UpstreamError("TCP reply does not parse")
+    return data, msg

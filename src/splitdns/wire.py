@@ -1,0 +1,236 @@
+"""DNS on the wire for the hot path: read a plain query, index a reply, render a cached answer.
+
+Hand-written because building a dnspython message costs about ten times the rest of a
+cache hit. It handles only the common shapes and answers None for anything else, so the
+caller falls back to dnspython; tests prove both paths give the same answers. Pure: no
+sockets, no clock.
+"""
+
+from __future__ import annotations
+
+import struct
+
+HEADER = struct.Struct("!HHHHHH")
+_U16 = struct.Struct("!H")
+_TYPE_CLASS = struct.Struct("!HH")
+_OPT_FIXED = struct.Struct("!HHBBHH")  # type, payload, ext-rcode, version, flags, rdlength
+_RR_FIXED = struct.Struct("!HHIH")     # type, class, ttl, rdlength
+
+QR = 0x8000
+OPCODE_MASK = 0x7800
+AA = 0x0400
+TC = 0x0200
+RD = 0x0100
+RA = 0x0080
+AD = 0x0020
+CD = 0x0010
+RCODE_MASK = 0x000F
+DO = 0x8000  # in the OPT record's flags
+
+TYPE_OPT = 41
+EDE = 15  # EDNS option code of Extended DNS Errors
+TYPE_SOA = 6
+CLASS_IN = 1
+
+EDNS_PAYLOAD = 1232   # DNS Flag Day 2020: never send UDP replies larger than this
+PLAIN_PAYLOAD = 512   # RFC 1035 limit for a query without EDNS
+
+
+class Query:
+    """A plain query, read without dnspython. `key` identifies its answer in a cache."""
+
+    __slots__ = ("cd", "do", "edns", "flags", "id", "key", "name", "payload", "qtype",
+                 "question")
+
+    def __init__(self, qid: int, flags: int, question: bytes, name: bytes, qtype: int,
+                 edns: bool, payload: int, do: bool) -> None:
+        self.id = qid
+        self.flags = flags
+        self.question = question  # name + type + class, the client's spelling
+        self.name = name          # lower-cased wire name, for routing
+        self.qtype = qtype
+        self.edns = edns
+        self.payload = payload
+        self.do = do
+        self.cd = bool(flags & CD)
+        self.key = name + question[-4:] + bytes(((do << 1) | self.cd,))
+
+    @property
+    def max_udp(self) -> int:
+        return min(self.payload, EDNS_PAYLOAD) if self.edns else PLAIN_PAYLOAD
+
+
+def parse_query(data: bytes) -> Query | None:
+    """Read a plain IN query (one question, at most an OPT); None means "use the slow path"."""
+    n = len(data)
+    if n < 17:
+        return None
+    qid, flags, qdcount, ancount, nscount, arcount = HEADER.unpack_from(data)
+    if flags & (QR | OPCODE_MASK | TC) or qdcount != 1 or ancount or nscount or arcount > 1:
+        return None
+    pos = 12
+    while True:
+        length = data[pos]
+        if length == 0:
+            pos += 1
+            break
+        if length > 63:
+            return None  # a compression pointer in a query is legal but rare: slow path
+        pos += length + 1
+        if pos >= n:
+            return None
+    if pos - 12 > 255 or pos + 4 > n:
+        return None
+    qtype, qclass = _TYPE_CLASS.unpack_from(data, pos)
+    end = pos + 4
+    if qclass != CLASS_IN or qtype == TYPE_OPT:
+        return None
+    edns, payload, do = False, PLAIN_PAYLOAD, False
+    if arcount:
+        if end + 11 > n or data[end] != 0:
+            return None
+        rtype, payload, _, version, eflags, rdlen = _OPT_FIXED.unpack_from(data, end + 1)
+        if rtype != TYPE_OPT or version != 0 or end + 11 + rdlen != n:
+            return None
+        if not _options_well_formed(data, end + 11, n):
+            return None
+        edns, do = True, bool(eflags & DO)
+        payload = max(payload, PLAIN_PAYLOAD)
+    elif end != n:
+        return None
+    return Query(qid, flags, data[12:end], data[12:pos].lower(), qtype, edns, payload, do)
+
+
+def _options_well_formed(data: bytes, pos: int, end: int) -> bool:
+    while pos < end:
+        if pos + 4 > end:
+            return False
+        pos += 4 + _U16.unpack_from(data, pos + 2)[0]
+    return pos == end
+
+
+def upstream_query(q: Query, qid: int) -> bytes:
+    """The query we send upstream: fresh ID, RD set, the client's CD and DO, our EDNS size."""
+    header = HEADER.pack(qid, RD | (q.flags & CD), 1, 0, 0, 1)
+    return header + q.question + opt_record(q.do)
+
+
+def opt_record(do: bool, options: bytes = b"") -> bytes:
+    return b"\x00" + _OPT_FIXED.pack(TYPE_OPT, EDNS_PAYLOAD, 0, 0, DO if do else 0,
+                                     len(options)) + options
+
+
+def ede_option(code: int, text: str) -> bytes:
+    """An Extended DNS Error option (RFC 8914): why we answered SERVFAIL or REFUSED."""
+    body = _U16.pack(code) + text.encode("utf-8")[:200]
+    return _U16.pack(EDE) + _U16.pack(len(body)) + body
+
+
+def reply_matches(sent: bytes, reply: bytes) -> bool:
+    """RFC 5452 checks a reply must pass before we look at it: ID, QR, opcode, question.
+
+    A reply with no question is accepted only as a failure signal (rcode other than
+    NOERROR and NXDOMAIN), as Unbound and dnsdist do.
+    """
+    if len(reply) < 12 or reply[:2] != sent[:2]:
+        return False
+    flags, qdcount = _U16.unpack_from(reply, 2)[0], _U16.unpack_from(reply, 4)[0]
+    if not flags & QR or flags & OPCODE_MASK:
+        return False
+    if qdcount == 0:
+        return flags & RCODE_MASK not in (0, 3)
+    qlen = question_length(sent)
+    return qdcount == 1 and reply[12:12 + qlen].lower() == sent[12:12 + qlen].lower()
+
+
+def question_length(query: bytes) -> int:
+    pos = 12
+    while query[pos]:
+        pos += query[pos] + 1
+    return pos + 1 + 4 - 12
+
+
+def skip_name(wire: bytes, pos: int) -> int:
+    while True:
+        length = wire[pos]
+        if length == 0:
+            return pos + 1
+        if length >= 0xC0:
+            return pos + 2
+        pos += length + 1
+
+
+def index_reply(reply: bytes) -> tuple[bytes, tuple[int, ...]] | None:
+    """The reply without its OPT record and ID, and the offset of every TTL in it.
+
+    The reply must already have been parsed by dnspython (so it is well formed). None
+    when the OPT record is not last, which we would have to splice out: rare, slow path.
+    """
+    _, flags, qdcount, ancount, nscount, arcount = HEADER.unpack_from(reply)
+    pos = 12
+    for _ in range(qdcount):
+        pos = skip_name(reply, pos) + 4
+    offsets: list[int] = []
+    opt_start = -1
+    for _ in range(ancount + nscount + arcount):
+        start = pos
+        pos = skip_name(reply, pos)
+        rtype, _, _, rdlen = _RR_FIXED.unpack_from(reply, pos)
+        if rtype == TYPE_OPT:
+            opt_start = start
+        else:
+            offsets.append(pos + 4)
+        pos += 10 + rdlen
+    if opt_start < 0:
+        return b"\x00\x00" + reply[2:pos], tuple(offsets)
+    if pos != len(reply) or any(off > opt_start for off in offsets):
+        return None
+    header = HEADER.pack(0, flags, qdcount, ancount, nscount, arcount - 1)
+    return header + reply[12:opt_start], tuple(offsets)
+
+
+def render(stored: bytes, ttl_offsets: tuple[int, ...], ttl: int | None, q: Query) -> bytes:
+    """A stored answer made the client's: its ID, spelling, RD/CD bits, EDNS; TTLs set."""
+    buf = bytearray(stored)
+    flags = _U16.unpack_from(stored, 2)[0] & ~(RD | CD | TC)
+    flags |= q.flags & (RD | CD)
+    if not (q.do or q.flags & AD):
+        flags &= ~AD  # RFC 6840 5.8: AD only for clients that asked for it
+    HEADER.pack_into(buf, 0, q.id, flags, 1, *_counts(stored))
+    buf[12:12 + len(q.question)] = q.question
+    if ttl is not None:
+        packed = ttl.to_bytes(4, "big")
+        for off in ttl_offsets:
+            buf[off:off + 4] = packed
+    if q.edns:
+        buf += opt_record(q.do)
+        _U16.pack_into(buf, 10, _U16.unpack_from(buf, 10)[0] + 1)
+    return bytes(buf)
+
+
+def _counts(stored: bytes) -> tuple[int, int, int]:
+    return struct.unpack_from("!HHH", stored, 6)
+
+
+def truncated(q: Query, flags: int) -> bytes:
+    """The reply to send when the answer does not fit: question only, TC set."""
+    out_flags = (flags & ~(RD | CD | AD | RCODE_MASK)) | TC | QR | (q.flags & (RD | CD))
+    out_flags |= flags & RCODE_MASK
+    header = HEADER.pack(q.id, out_flags, 1, 0, 0, 1 if q.edns else 0)
+    return header + q.question + (opt_record(q.do) if q.edns else b"")
+
+
+def error_reply(q: Query, rcode: int, ede: tuple[int, str] | None = None) -> bytes:
+    """A bare reply with an rcode (SERVFAIL, REFUSED): header, question, EDNS if asked.
+
+    The Extended DNS Error goes only to clients that sent EDNS, as RFC 8914 requires.
+    """
+    flags = QR | RA | (q.flags & (RD | CD)) | rcode
+    header = HEADER.pack(q.id, flags, 1, 0, 0, 1 if q.edns else 0)
+    if not q.edns:
+        return header + q.question
+    return header + q.question + opt_record(q.do, ede_option(*ede) if ede else b"")
+
+
+def rcode_of(stored: bytes) -> int:
+    return stored[3] & RCODE_MASK
