@@ -141,7 +141,9 @@ def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], 
             raise ConfigError(where, f"{scheme}:// servers are not supported; only dns://")
     port = default_port
     host = rest
-    if ":" in rest and not rest.startswith("["):
+    # An IPv6 network key (2001:db8::/32) has colons but no port unless one follows the prefix.
+    ipv6_net = "/" in rest and "/" not in rest.rpartition(":")[0]
+    if ":" in rest and not rest.startswith("[") and not ipv6_net:
         host, _, port_text = rest.rpartition(":")
         if not port_text:
             raise ConfigError(where, f"{text!r}: a ':' with no port after it")

@@ -1,0 +1,55 @@
+# splitdns: `make run` to try it, `make test` to check everything. Both work as root on a
+# fresh Debian/Ubuntu machine: they install what they need.
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# Debian packages the tests drive for real: clients (dig, kdig, dnsperf), servers used as
+# upstreams and peers (nsd, unbound, dnsmasq), OpenVPN and the namespace plumbing.
+DEBIAN_PACKAGES := bind9-dnsutils knot-dnsutils dnsperf nsd unbound dnsmasq-base openvpn \
+	iptables iproute2 procps psmisc python3-venv
+
+.PHONY: run test venv deps-debian lint typecheck pytest lab-up lab-down clean
+
+run: venv
+	$(BIN)/splitdns demo
+
+test: deps-debian venv lint typecheck pytest
+
+venv: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test,fast]'
+	touch $@
+
+# Installs only what is missing, so a machine that has everything makes no network call.
+deps-debian:
+	@missing=""; for p in $(DEBIAN_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@# Debian starts the servers it installs; the tests run their own copies on loopback.
+	@for s in nsd unbound; do systemctl stop $$s >/dev/null 2>&1 || true; done
+
+lint: venv
+	$(BIN)/ruff check src tests
+
+typecheck: venv
+	$(BIN)/mypy
+
+pytest: venv
+	$(BIN)/python -m pytest -q
+
+lab-up: deps-debian venv
+	$(BIN)/python -m tests.lab up
+
+lab-down: venv
+	$(BIN)/python -m tests.lab down
+
+clean:
+	rm -rf $(VENV) build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,107 @@
+"""The answer cache: what is stored, for how long, and what never is. Time is passed in."""
+
+from __future__ import annotations
+
+import dns.message
+import dns.rcode
+
+from splitdns import wire
+from splitdns.cache import Cache
+from splitdns.directives.cache import CacheSpec
+from tests.helpers import SOA, query, reply
+from tests.helpers import wire as to_wire
+
+
+def put(cache: Cache, msg: dns.message.Message, client: dns.message.Message, now: float = 0.0):  # type: ignore[no-untyped-def]
+    q = wire.parse_query(to_wire(client))
+    assert q is not None
+    return q, cache.put(q.key, q.name, to_wire(msg), msg, now)
+
+
+def test_ttl_cap_from_cache_30_and_countdown() -> None:
+    cache = Cache(CacheSpec(success_ttl=30, denial_ttl=30))
+    client = query("example.org.")
+    q, entry = put(cache, reply(client, "example.org. 3600 IN A 192.0.2.1"), client, now=100.0)
+    assert entry is not None and entry.ttl == 30
+    assert cache.get(q.key, 100.5) is entry and entry.remaining(100.5) == 30
+    assert entry.remaining(110.0) == 20
+    assert cache.get(q.key, 129.9) is entry
+    assert cache.get(q.key, 130.0) is None  # expired, and gone without serve_stale
+    assert len(cache) == 0
+
+
+def test_minimum_ttl_applies() -> None:
+    cache = Cache(CacheSpec())
+    client = query("example.org.")
+    _, entry = put(cache, reply(client, "example.org. 1 IN A 192.0.2.1"), client)
+    assert entry is not None and entry.ttl == 5  # CoreDNS MINTTL default
+
+
+def test_negative_answers_need_an_soa_and_use_its_minimum() -> None:
+    cache = Cache(CacheSpec())
+    client = query("nope.example.org.")
+    _, entry = put(cache, reply(client, rcode=dns.rcode.NXDOMAIN, authority=(SOA,)), client)
+    assert entry is not None and entry.kind == "denial" and entry.ttl == 60  # min(300, minimum 60)
+    other = query("gone.example.org.")
+    _, entry = put(cache, reply(other, rcode=dns.rcode.NXDOMAIN), other)
+    assert entry is None  # RFC 2308: no SOA, no negative caching
+    nodata = query("example.org.", "AAAA")
+    _, entry = put(cache, reply(nodata, authority=(SOA,)), nodata)
+    assert entry is not None and entry.kind == "denial"
+
+
+def test_servfail_is_cached_briefly_and_other_errors_not_at_all() -> None:
+    cache = Cache(CacheSpec())
+    client = query("example.org.")
+    _, entry = put(cache, reply(client, rcode=dns.rcode.SERVFAIL), client)
+    assert entry is not None and entry.kind == "servfail" and entry.ttl == 5
+    refused = query("example.net.")
+    _, entry = put(cache, reply(refused, rcode=dns.rcode.REFUSED), refused)
+    assert entry is None
+
+
+def test_truncated_replies_are_never_cached() -> None:
+    cache = Cache(CacheSpec())
+    client = query("example.org.")
+    _, entry = put(cache, reply(client, "example.org. 60 IN A 192.0.2.1", tc=True), client)
+    assert entry is None and len(cache) == 0
+
+
+def test_do_and_cd_bits_are_part_of_the_key() -> None:
+    cache = Cache(CacheSpec())
+    plain = query("example.org.")
+    q_plain, _ = put(cache, reply(plain, "example.org. 60 IN A 192.0.2.1"), plain)
+    for other in (query("example.org.", do=True), query("example.org.", cd=True)):
+        q = wire.parse_query(to_wire(other))
+        assert q is not None and q.key != q_plain.key and cache.get(q.key, 1.0) is None
+    upper = wire.parse_query(to_wire(query("EXAMPLE.org.")))
+    assert upper is not None and cache.get(upper.key, 1.0) is not None  # case-insensitive
+
+
+def test_capacity_evicts_the_oldest() -> None:
+    cache = Cache(CacheSpec(success_capacity=1024))
+    keys = []
+    for i in range(1030):
+        client = query(f"n{i}.example.org.")
+        q, entry = put(cache, reply(client, f"n{i}.example.org. 60 IN A 192.0.2.1"), client)
+        assert entry is not None
+        keys.append(q.key)
+    assert len(cache) == 1024 and cache.evictions == 6
+    assert cache.get(keys[0], 1.0) is None and cache.get(keys[-1], 1.0) is not None
+
+
+def test_cache_zones_limit_what_is_stored() -> None:
+    cache = Cache(CacheSpec(zones=("example.org.",)))
+    inside, outside = query("www.example.org."), query("www.example.net.")
+    assert put(cache, reply(inside, "www.example.org. 60 IN A 192.0.2.1"), inside)[1] is not None
+    assert put(cache, reply(outside, "www.example.net. 60 IN A 192.0.2.1"), outside)[1] is None
+
+
+def test_serve_stale_keeps_expired_entries_for_the_window() -> None:
+    cache = Cache(CacheSpec(success_ttl=30, serve_stale=3600))
+    client = query("example.org.")
+    q, entry = put(cache, reply(client, "example.org. 60 IN A 192.0.2.1"), client, now=0.0)
+    assert entry is not None
+    assert cache.get(q.key, 31.0) is None
+    assert cache.get_stale(q.key, 31.0) is entry and entry.remaining(31.0) == 0
+    assert cache.get_stale(q.key, 3631.0) is None

@@ -1,0 +1,167 @@
+"""Corefile meaning: zones, ports, directives and their options, and the errors for bad ones."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from splitdns import config
+from splitdns.errors import ConfigError
+from tests.test_corefile import SEED
+
+
+def load(text: str, port: int = 53) -> config.Config:
+    return config.loads(text, "Corefile", default_port=port, env={})
+
+
+def test_seed_corefile_means_what_the_seed_says() -> None:
+    cfg = load(SEED)
+    catch_all, tunnel = cfg.blocks
+    assert catch_all.zones == (".",) and tunnel.zones == ("svc.acme.internal.",)
+    assert [str(u) for u in catch_all.forwards[0].upstreams] == ["10.100.0.10:53"]
+    assert [str(u) for u in tunnel.forwards[0].upstreams] == ["192.168.240.1:53"]
+    assert catch_all.cache is not None and catch_all.cache.success_ttl == 30
+    assert catch_all.cache.denial_ttl == 30  # `cache 30` caps negative answers too
+    assert catch_all.errors is not None
+    # No `bind`: loopback only, a deliberate difference from CoreDNS.
+    assert set(cfg.listeners()) == {("127.0.0.1", 53), ("::1", 53)}
+
+
+@pytest.mark.parametrize(("key", "zones", "port"), [
+    ("Example.ORG", ("example.org.",), 53),
+    ("example.org.", ("example.org.",), 53),
+    ("dns://example.org:1053", ("example.org.",), 1053),
+    (".", (".",), 53),
+    (":1053", (".",), 1053),
+    ("10.0.0.0/8", ("10.in-addr.arpa.",), 53),
+    ("10.1.0.0/23", ("0.1.10.in-addr.arpa.", "1.1.10.in-addr.arpa."), 53),
+    ("2001:db8::/32", ("8.b.d.0.1.0.0.2.ip6.arpa.",), 53),
+])
+def test_zone_keys_are_normalised(key: str, zones: tuple[str, ...], port: int) -> None:
+    block = load(f"{key} {{\n forward . 192.0.2.1\n}}\n").blocks[0]
+    assert (block.zones, block.port) == (zones, port)
+
+
+def test_dns_port_flag_changes_the_default_port_only() -> None:
+    cfg = load("a.example {\n forward . 192.0.2.1\n}\nb.example:5353 {\n forward . 192.0.2.1\n}\n", 1053)
+    assert [b.port for b in cfg.blocks] == [1053, 5353]
+
+
+@pytest.mark.parametrize(("text", "line", "message"), [
+    ("example.org {\n forward . 192.0.2.1\n}\nEXAMPLE.org. {\n forward . 192.0.2.2\n}\n",
+     4, "cannot serve dns://example.org.:53 - it is already defined at Corefile:1"),
+    ("example.org {\n kubernetes cluster.local\n}\n", 2,
+     "'kubernetes' is a CoreDNS plugin that splitdns does not implement; splitdns supports: "),
+    ("example.org {\n frobnicate\n}\n", 2, "unknown directive 'frobnicate'; splitdns supports: bind"),
+    ("example.org {\n cache 30\n cache 60\n}\n", 3, "only once per server block (first at Corefile:2)"),
+    ("tls://example.org {\n errors\n}\n", 1, "tls:// servers are not supported"),
+    ("example.org: {\n errors\n}\n", 1, "a ':' with no port after it"),
+    ("example.org:99999 {\n errors\n}\n", 1, "is not a port number"),
+    ("a.example:53 b.example:54 {\n errors\n}\n", 1, "same port"),
+    ("example.org {\n forward\n}\n", 2, "forward: wrong number of arguments"),
+    ("example.org {\n forward . ns1.example.net\n}\n", 2, "hostnames are not supported"),
+    ("example.org {\n forward . tls://192.0.2.1\n}\n", 2, "tls:// upstreams are not supported"),
+    ("example.org {\n forward . 192.0.2.1 {\n  policy fastest\n }\n}\n", 3, "unknown policy 'fastest'"),
+    ("example.org {\n forward . 192.0.2.1 {\n  max_fails -1\n }\n}\n", 3, "out of range"),
+    ("example.org {\n forward . 192.0.2.1 {\n  health_check soon\n }\n}\n", 3, "is not a duration"),
+    ("example.org {\n forward . 192.0.2.1 {\n  failover NOERROR\n }\n}\n", 3, "cannot trigger a failover"),
+    ("example.org {\n forward . 192.0.2.1 {\n  tls_servername x\n }\n}\n", 3,
+     "forward: unknown option 'tls_servername'; supported: except, force_tcp"),
+    ("example.org {\n cache 0\n}\n", 2, "cache TTL: 0 is out of range"),
+    ("example.org {\n cache {\n  prefetch 10\n }\n}\n", 3, "cache: unknown option 'prefetch'"),
+    ("example.org {\n cache {\n  servfail 10m\n }\n}\n", 3, "servfail: at most 5m"),
+    ("example.org {\n bind eth0\n forward . 192.0.2.1\n}\n", 2, "is not an IP address"),
+    ("a.example {\n bind 127.0.0.2\n}\nb.example {\n errors\n}\n", 4, "same bind"),
+])
+def test_errors_name_file_line_and_what_is_wrong(text: str, line: int, message: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(text)
+    assert str(caught.value).startswith(f"Corefile:{line}: ")
+    assert message in caught.value.message
+
+
+def test_forward_targets_and_options() -> None:
+    text = """example.org {
+        forward . 192.0.2.1 192.0.2.2:5353 [2001:db8::1]:53 dns://192.0.2.3 192.0.2.1 {
+            except internal.example.org Other.Example.org
+            policy sequential
+            max_fails 0
+            health_check 1s no_rec domain example.net
+            force_tcp
+            max_concurrent 100
+            failover SERVFAIL REFUSED
+            failfast_all_unhealthy_upstreams
+            read_timeout 500ms
+            expire 1m30s
+        }
+    }"""
+    spec = load(text).blocks[0].forwards[0]
+    assert [str(u) for u in spec.upstreams] == [
+        "192.0.2.1:53", "192.0.2.2:5353", "[2001:db8::1]:53", "192.0.2.3:53"]  # duplicate dropped
+    assert spec.excepts == ("internal.example.org.", "other.example.org.")
+    assert (spec.policy, spec.max_fails, spec.health_check) == ("sequential", 0, 1.0)
+    assert (spec.health_check_rd, spec.health_check_name) == (False, "example.net.")
+    assert spec.force_tcp and spec.failfast_all_unhealthy and spec.max_concurrent == 100
+    assert spec.failover == frozenset({2, 5})
+    assert (spec.read_timeout, spec.expire) == (0.5, 90.0)
+    assert spec.attempts == 8  # CoreDNS: twice the number of upstreams
+
+
+def test_several_forward_lines_keep_file_order() -> None:
+    text = "example.org {\n forward sub.example.org 192.0.2.2\n forward . 192.0.2.1\n}\n"
+    origins = [f.origin for f in load(text).blocks[0].forwards]
+    assert origins == ["sub.example.org.", "."]
+
+
+def test_forward_reads_nameservers_from_a_resolv_conf(tmp_path: Path) -> None:
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("search example.org\nnameserver 192.0.2.53\nnameserver 2001:db8::53\noptions ndots:5\n")
+    spec = load(f"example.org {{\n forward . {resolv}\n}}\n").blocks[0].forwards[0]
+    assert [str(u) for u in spec.upstreams] == ["192.0.2.53:53", "[2001:db8::53]:53"]
+
+
+def test_resolv_conf_without_nameserver_is_an_error(tmp_path: Path) -> None:
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("search example.org\n")
+    with pytest.raises(ConfigError, match="has no usable nameserver line"):
+        load(f"example.org {{\n forward . {resolv}\n}}\n")
+
+
+def test_catch_all_to_a_resolv_conf_naming_ourselves_is_refused(tmp_path: Path) -> None:
+    """The seed's trap: under dnsPolicy None, /etc/resolv.conf names 127.0.0.1, i.e. us."""
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions ndots:5\n")
+    with pytest.raises(ConfigError) as caught:
+        load(f".:53 {{\n errors\n forward . {resolv}\n}}\n")
+    message = str(caught.value)
+    assert message.startswith("Corefile:3: forward . sends queries to 127.0.0.1:53")
+    assert f"(read from {resolv})" in message and "this server itself" in message
+    assert "kube-dns" in message  # the fix, not only the diagnosis
+
+
+def test_forward_to_ourselves_on_another_port_is_fine() -> None:
+    cfg = load(".:1053 {\n forward . 127.0.0.1:53\n}\n")
+    assert str(cfg.blocks[0].forwards[0].upstreams[0]) == "127.0.0.1:53"
+
+
+def test_cache_options() -> None:
+    text = """. {
+        cache 300 example.org {
+            success 5000 600 10
+            denial 2000 60
+            servfail 2s
+            serve_stale 1h verify
+        }
+    }"""
+    spec = load(text).blocks[0].cache
+    assert spec is not None
+    assert spec.zones == ("example.org.",)
+    assert (spec.success_capacity, spec.success_ttl, spec.success_min_ttl) == (4864, 600, 10)
+    assert (spec.denial_capacity, spec.denial_ttl) == (1792, 60)  # a multiple of 256
+    assert (spec.servfail_ttl, spec.serve_stale, spec.serve_stale_verify) == (2.0, 3600.0, True)
+
+
+def test_bind_listens_where_asked() -> None:
+    cfg = load(". {\n bind 127.0.0.2 ::1\n forward . 192.0.2.1\n}\n")
+    assert set(cfg.listeners()) == {("127.0.0.2", 53), ("::1", 53)}

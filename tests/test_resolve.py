@@ -1,0 +1,205 @@
+"""The sans-io core as transcripts: routing, forward selection, exchanges. No sockets, no sleeps."""
+
+from __future__ import annotations
+
+import random
+
+import dns.message
+import dns.rcode
+import pytest
+
+from splitdns import config, resolve, wire
+from tests.helpers import query, reply
+from tests.helpers import wire as to_wire
+
+
+def zones(text: str) -> resolve.Router:
+    cfg = config.loads(text, "Corefile", env={})
+    return resolve.Router(resolve.Zone(b) for b in cfg.blocks)
+
+
+SPLIT = """
+.:53 { forward . 192.0.2.10 }
+svc.acme.internal:53 { forward . 192.0.2.1 }
+acme.internal:53 { forward . 192.0.2.2 }
+"""
+
+
+@pytest.mark.parametrize(("name", "zone"), [
+    ("db.svc.acme.internal.", "svc.acme.internal."),
+    ("svc.acme.internal.", "svc.acme.internal."),          # the apex belongs to the zone
+    ("DB.Svc.ACME.internal.", "svc.acme.internal."),       # case does not matter
+    ("a.b.c.svc.acme.internal.", "svc.acme.internal."),
+    ("other.acme.internal.", "acme.internal."),            # longest match wins
+    ("svc.acme.internal.example.net.", "."),               # not on a label boundary: catch-all
+    ("xsvc.acme.internal.", "acme.internal."),             # a suffix of characters is not a zone
+    ("kubernetes.default.svc.cluster.local.", "."),
+    (".", "."),
+])
+def test_routing_by_whole_labels(name: str, zone: str) -> None:
+    q = wire.parse_query(to_wire(query(name)))
+    assert q is not None
+    routed = zones(SPLIT).route(q.name)
+    assert routed is not None and routed.block.zones == (zone,)
+
+
+def test_block_order_does_not_matter() -> None:
+    reversed_text = "\n".join(reversed(SPLIT.strip().splitlines()))
+    q = wire.parse_query(to_wire(query("db.svc.acme.internal.")))
+    assert q is not None
+    for text in (SPLIT, reversed_text):
+        routed = zones(text).route(q.name)
+        assert routed is not None and routed.block.zones == ("svc.acme.internal.",)
+
+
+def test_no_matching_zone_means_no_route() -> None:
+    router = zones("example.org:53 { forward . 192.0.2.1 }")
+    q = wire.parse_query(to_wire(query("example.net.")))
+    assert q is not None and router.route(q.name) is None
+
+
+def test_forward_from_and_except() -> None:
+    router = zones("""example.org:53 {
+        forward sub.example.org 192.0.2.2
+        forward . 192.0.2.1 { except private.example.org }
+    }""")
+    zone = router.route(resolve.name_to_wire("example.org."))
+    assert zone is not None
+
+    def chosen(name: str) -> str | None:
+        fwd = zone.forward_for(resolve.name_to_wire(name))
+        return None if fwd is None else str(fwd.spec.upstreams[0])
+
+    assert chosen("a.sub.example.org.") == "192.0.2.2:53"   # file order: the child first
+    assert chosen("www.example.org.") == "192.0.2.1:53"
+    assert chosen("db.private.example.org.") is None         # excepted, no next forward: SERVFAIL
+
+
+def forward_state(options: str = "", upstreams: str = "192.0.2.1 192.0.2.2") -> resolve.ForwardState:
+    text = f". {{\n forward . {upstreams} {{\n policy sequential\n {options}\n }}\n}}\n"
+    return resolve.ForwardState.of(config.loads(text, "Corefile", env={}).blocks[0].forwards[0])
+
+
+def answer_for(step: resolve.Send, *records: str, rcode: int = 0, tc: bool = False
+               ) -> tuple[bytes, dns.message.Message]:
+    msg = reply(query("example.org."), *records, rcode=rcode, tc=tc)
+    return to_wire(msg), msg
+
+
+def test_exchange_fails_over_in_policy_order_then_answers() -> None:
+    ex = resolve.Exchange(forward_state(), now=0.0, rng=random.Random(1))
+    step = ex.start()
+    assert isinstance(step, resolve.Send) and str(step.upstream.upstream) == "192.0.2.1:53"
+    assert (step.tcp, step.timeout) == (False, 2.0)
+    step = ex.failed(step, "timeout after 2s", now=2.0)
+    assert isinstance(step, resolve.Send) and str(step.upstream.upstream) == "192.0.2.2:53"
+    assert step.timeout == 2.0
+    done = ex.answered(step, *answer_for(step, "example.org. 60 IN A 192.0.2.80"), now=2.1)
+    assert isinstance(done, resolve.Done) and done.msg is not None and done.error is None
+
+
+def test_truncated_reply_is_asked_again_over_tcp_of_the_same_upstream() -> None:
+    ex = resolve.Exchange(forward_state(), now=0.0, rng=random.Random(1))
+    step = ex.start()
+    assert isinstance(step, resolve.Send)
+    retry = ex.answered(step, *answer_for(step, tc=True), now=0.01)
+    assert isinstance(retry, resolve.Send) and retry.tcp and retry.upstream is step.upstream
+
+
+def test_everything_failing_ends_in_servfail_with_the_reason_within_the_attempts() -> None:
+    fwd = forward_state()
+    ex = resolve.Exchange(fwd, now=0.0, rng=random.Random(1))
+    step = ex.start()
+    t = 0.0
+    sends = 0
+    while isinstance(step, resolve.Send):
+        sends += 1
+        t += 0.001  # refused at once: ICMP port unreachable on a connected socket
+        step = ex.failed(step, "connection refused (nothing listens there)", now=t)
+    assert sends == 4  # CoreDNS's max_connect_attempts default: twice the upstreams
+    assert step.rcode == dns.rcode.SERVFAIL and step.ede is not None
+    assert "connection refused" in (step.error or "")
+
+
+def test_overall_deadline_bounds_the_exchange() -> None:
+    ex = resolve.Exchange(forward_state(upstreams="192.0.2.1 192.0.2.2 192.0.2.3 192.0.2.4"),
+                          now=0.0, rng=random.Random(1))
+    step = ex.start()
+    assert isinstance(step, resolve.Send)
+    step = ex.failed(step, "timeout", now=2.0)
+    step = ex.failed(step, "timeout", now=4.0)  # type: ignore[arg-type]
+    assert isinstance(step, resolve.Send) and step.timeout == pytest.approx(1.0)  # 5 s overall
+    step = ex.failed(step, "timeout", now=5.0)
+    assert isinstance(step, resolve.Done) and step.rcode == dns.rcode.SERVFAIL
+
+
+def test_down_upstreams_are_skipped_and_failfast_answers_at_once() -> None:
+    fwd = forward_state("failfast_all_unhealthy_upstreams\n max_fails 2")
+    fwd.upstreams[0].fails = 3
+    ex = resolve.Exchange(fwd, now=0.0, rng=random.Random(1))
+    step = ex.start()
+    assert isinstance(step, resolve.Send) and str(step.upstream.upstream) == "192.0.2.2:53"
+    fwd.upstreams[1].fails = 3
+    done = resolve.Exchange(fwd, now=0.0, rng=random.Random(1)).start()
+    assert isinstance(done, resolve.Done) and done.error == "all upstreams are down"
+    assert fwd.broken == 1
+
+
+def test_all_down_without_failfast_still_tries_one() -> None:
+    fwd = forward_state("max_fails 1")
+    for state in fwd.upstreams:
+        state.fails = 2
+    step = resolve.Exchange(fwd, now=0.0, rng=random.Random(1)).start()
+    assert isinstance(step, resolve.Send)
+
+
+def test_failures_count_towards_down_and_any_reply_heals() -> None:
+    fwd = forward_state("max_fails 2", upstreams="192.0.2.1")
+    ex = resolve.Exchange(fwd, now=0.0, rng=random.Random(1))
+    step = ex.start()
+    for t in (1.0, 2.0):
+        assert isinstance(step, resolve.Send)
+        step = ex.failed(step, "timeout", now=t)
+    assert fwd.upstreams[0].fails == 2 and not fwd.upstreams[0].down(2)
+    fwd.upstreams[0].fails = 3
+    assert fwd.upstreams[0].down(2)
+    ex = resolve.Exchange(fwd, now=10.0, rng=random.Random(1))
+    step = ex.start()
+    assert isinstance(step, resolve.Send)
+    ex.answered(step, *answer_for(step, rcode=dns.rcode.SERVFAIL), now=10.1)
+    assert fwd.upstreams[0].fails == 0  # CoreDNS: any reply, SERVFAIL too, means alive
+
+
+def test_failover_rcodes_try_the_next_upstream_and_keep_the_last_reply() -> None:
+    ex = resolve.Exchange(forward_state("failover SERVFAIL"), now=0.0, rng=random.Random(1))
+    step = ex.start()
+    assert isinstance(step, resolve.Send)
+    step = ex.answered(step, *answer_for(step, rcode=dns.rcode.SERVFAIL), now=0.1)
+    assert isinstance(step, resolve.Send) and str(step.upstream.upstream) == "192.0.2.2:53"
+    done = ex.answered(step, *answer_for(step, rcode=dns.rcode.SERVFAIL), now=0.2)
+    while isinstance(done, resolve.Send):
+        done = ex.answered(done, *answer_for(done, rcode=dns.rcode.SERVFAIL), now=0.3)
+    assert done.msg is not None and done.msg.rcode() == dns.rcode.SERVFAIL
+
+
+def test_round_robin_rotates_the_first_upstream() -> None:
+    text = ". {\n forward . 192.0.2.1 192.0.2.2 192.0.2.3 {\n policy round_robin\n }\n}\n"
+    fwd = resolve.ForwardState.of(config.loads(text, "Corefile", env={}).blocks[0].forwards[0])
+    firsts = []
+    for _ in range(4):
+        step = resolve.Exchange(fwd, now=0.0, rng=random.Random(1)).start()
+        assert isinstance(step, resolve.Send)
+        firsts.append(str(step.upstream.upstream))
+    assert firsts == ["192.0.2.1:53", "192.0.2.2:53", "192.0.2.3:53", "192.0.2.1:53"]
+
+
+def test_random_policy_spreads_over_upstreams() -> None:
+    text = ". {\n forward . 192.0.2.1 192.0.2.2 192.0.2.3\n}\n"
+    fwd = resolve.ForwardState.of(config.loads(text, "Corefile", env={}).blocks[0].forwards[0])
+    rng = random.Random(7)
+    seen = set()
+    for _ in range(50):
+        step = resolve.Exchange(fwd, now=0.0, rng=rng).start()
+        assert isinstance(step, resolve.Send)
+        seen.add(str(step.upstream.upstream))
+    assert len(seen) == 3
