@@ -53,7 +53,8 @@ def test_seed_corefile_parses_into_two_blocks() -> None:
     ("a.example, \nb.example {\n errors\n}", [(["a.example,", "b.example"], [["errors"]])]),
     ("a.example b.example:53 {\n errors\n}", [(["a.example", "b.example:53"], [["errors"]])]),
     # a single block may omit braces
-    ("example.org\nerrors\nforward . 192.0.2.1", [(["example.org"], [["errors"], ["forward", ".", "192.0.2.1"]])]),
+    ("example.org\nerrors\nforward . 192.0.2.1",
+     [(["example.org"], [["errors"], ["forward", ".", "192.0.2.1"]])]),
     # quoted tokens, escaped quote, spanning lines
     ('example.org {\n log "a b" "say \\"hi\\""\n}', [(["example.org"], [["log", "a b", 'say "hi"']])]),
     ('example.org {\n log "two\nlines"\n}', [(["example.org"], [["log", "two\nlines"]])]),

@@ -96,7 +96,8 @@ def test_unusual_queries_take_the_slow_path() -> None:
 
 
 @given(name=names, qtype=st.sampled_from(["A", "AAAA", "TXT"]), client_edns=st.booleans(),
-       do=st.booleans(), cd=st.booleans(), ad=st.booleans(), ttls=st.lists(st.integers(0, 7200), min_size=1, max_size=4),
+       do=st.booleans(), cd=st.booleans(), ad=st.booleans(),
+       ttls=st.lists(st.integers(0, 7200), min_size=1, max_size=4),
        age=st.integers(0, 40), qid=st.integers(0, 65535))
 @settings(max_examples=300, deadline=None)
 def test_cache_hit_render_equals_dnspython(name: str, qtype: str, client_edns: bool, do: bool,
@@ -114,7 +115,8 @@ def test_cache_hit_render_equals_dnspython(name: str, qtype: str, client_edns: b
     served = dns.message.from_wire(wire.render(entry.wire, entry.offsets, entry.remaining(1000.0 + age), q))
 
     expected = dns.message.make_response(client)
-    expected.flags = (up.flags & ~(dns.flags.RD | dns.flags.CD)) | (client.flags & (dns.flags.RD | dns.flags.CD))
+    rd_cd = dns.flags.RD | dns.flags.CD
+    expected.flags = (up.flags & ~rd_cd) | (client.flags & rd_cd)
     if not (do and client_edns):
         expected.flags &= ~dns.flags.AD
     stored_ttl = min(max(min(ttls), 5), 3600)

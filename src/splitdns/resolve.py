@@ -57,6 +57,8 @@ EDE_NO_REACHABLE_AUTHORITY = 22
 EDE_NOT_READY = 14
 EDE_PROHIBITED = 18
 
+STALE_TTL = 30  # RFC 8767 4: the TTL of a stale answer
+
 
 def name_to_wire(zone: str) -> bytes:
     """Text zone (`svc.acme.internal.`) to lower-cased wire form, as `Query.name` holds it."""
@@ -108,6 +110,8 @@ class ForwardState:
     origin: bytes = b""
     excepts: tuple[bytes, ...] = ()
     rotation: int = 0
+    inflight: int = 0  # upstream exchanges under way, counted by the shell
+    rejected: int = 0  # refused for max_concurrent (coredns_forward_max_concurrent_rejects_total)
     broken: int = 0  # times every upstream was down (coredns_forward_healthcheck_broken_total)
 
     @classmethod
@@ -164,6 +168,11 @@ class Exchange:
     last_reply: Done | None = None
 
     def start(self) -> Send | Done:
+        limit = self.fwd.spec.max_concurrent
+        if limit and self.fwd.inflight > limit:
+            # CoreDNS answers REFUSED and does not count it as an upstream failure.
+            self.fwd.rejected += 1
+            return Done(rcode=dns.rcode.REFUSED, error=f"more than max_concurrent {limit} queries")
         self.deadline = self.now + self.fwd.spec.overall_timeout
         self.order = self.fwd.ordered(self.rng)
         return self._next(self.now)
@@ -237,6 +246,20 @@ class Zone:
         if self.cache is None or done.reply is None or done.msg is None:
             return None
         return self.cache.put(q.key, q.name, done.reply, done.msg, now)
+
+    def stale(self, q: wire.Query, now: float) -> bytes | None:
+        """An expired answer still inside the serve_stale window, with RFC 8767's 30 s TTL."""
+        if self.cache is None or not self.cache.spec.serve_stale:
+            return None
+        entry = self.cache.get_stale(q.key, now)
+        if entry is None:
+            return None
+        return wire.render(entry.wire, entry.offsets, STALE_TTL, q)
+
+    @property
+    def stale_first(self) -> bool:
+        """serve_stale `immediate` (the default): answer stale at once, refresh behind."""
+        return self.cache is not None and not self.cache.spec.serve_stale_verify
 
     @staticmethod
     def render(q: wire.Query, done: Done, entry: Entry | None, now: float) -> bytes:

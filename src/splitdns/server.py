@@ -192,10 +192,21 @@ class Server:
         if fwd is None:
             self._log_error(zone.block, q, dns.rcode.SERVFAIL, "no next plugin found")
             return wire.error_reply(q, dns.rcode.SERVFAIL), zone.block
+        stale = zone.stale(q, now)
+        if stale is not None and zone.stale_first:
+            self._spawn(self._refresh(zone, fwd, q))
+            return stale, zone.block
         done, entry = await self._merged(zone, fwd, q)
         if done.error is not None:
             self._log_error(zone.block, q, done.rcode, done.error)
+            if stale is not None:
+                return stale, zone.block
         return zone.render(q, done, entry, self.clock()), zone.block
+
+    async def _refresh(self, zone: resolve.Zone, fwd: resolve.ForwardState, q: wire.Query) -> None:
+        done, _ = await self._merged(zone, fwd, q)
+        if done.error is not None:
+            self._log_error(zone.block, q, done.rcode, f"refreshing a stale answer: {done.error}")
 
     async def _merged(self, zone: resolve.Zone, fwd: resolve.ForwardState,
                       q: wire.Query) -> tuple[resolve.Done, Entry | None]:
@@ -207,6 +218,7 @@ class Server:
         future: asyncio.Future[tuple[resolve.Done, Entry | None]] = \
             asyncio.get_running_loop().create_future()
         self._inflight[key] = future
+        fwd.inflight += 1
         try:
             done = await self._exchange(fwd, q)
             entry = zone.store(q, done, self.clock())
@@ -216,6 +228,7 @@ class Server:
             future.exception()  # mark retrieved: waiters may be none
             raise
         finally:
+            fwd.inflight -= 1
             del self._inflight[key]
         return done, entry
 

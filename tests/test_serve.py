@@ -1,0 +1,244 @@
+"""`splitdns serve` end to end: a real process, real `dig`, scripted upstreams on 127.0.0.x."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import dns.message
+import dns.rcode
+import pytest
+
+from tests.support.processes import dig, scripted_upstream
+from tests.support.resolver import run_to_exit, splitdns_serve
+from tests.support.scripted_upstream import POISON_A
+
+CLUSTER = [
+    {"suffix": "cluster.local", "records": ["kubernetes.default.svc.cluster.local. 30 IN A 10.96.0.1"]},
+    {"suffix": ".", "qtype": "A", "records": ["{qname} 3600 IN A 192.0.2.80"]},
+]
+TUNNEL = [{"suffix": "svc.acme.internal", "records": ["db.svc.acme.internal. 300 IN A 192.168.240.10"]}]
+
+
+def corefile(cluster: str, tunnel: str, extra: str = "") -> str:
+    # The seed's layout without its `:53`, so that -dns.port puts it on a free port.
+    return f"""
+. {{
+    errors
+    cache 30
+    forward . {cluster}
+}}
+svc.acme.internal {{
+    errors
+    cache 30
+    forward . {tunnel} {{
+        {extra}
+    }}
+}}
+"""
+
+
+def names(upstream: Any) -> list[str]:
+    return [q["qname"].lower() for q in upstream.queries() if "qname" in q]
+
+
+@pytest.fixture
+def seed_like(tmp_path: Path) -> Any:
+    with scripted_upstream(tmp_path, CLUSTER, "127.0.0.21") as cluster, \
+            scripted_upstream(tmp_path, TUNNEL, "127.0.0.22") as tunnel, \
+            splitdns_serve(tmp_path, corefile(cluster.target, tunnel.target)) as resolver:
+        yield resolver, cluster, tunnel
+
+
+def test_each_zone_goes_to_its_own_upstream(seed_like: Any) -> None:
+    resolver, cluster, tunnel = seed_like
+    k8s = dig("kubernetes.default.svc.cluster.local", server="127.0.0.1", port=resolver.port)
+    db = dig("db.svc.acme.internal", server="127.0.0.1", port=resolver.port)
+    assert (k8s.status, k8s.rdata) == ("NOERROR", ["10.96.0.1"])
+    assert (db.status, db.rdata) == ("NOERROR", ["192.168.240.10"])
+    assert names(cluster) == ["kubernetes.default.svc.cluster.local."]
+    assert names(tunnel) == ["db.svc.acme.internal."]
+
+
+def test_label_boundary_sends_lookalike_to_the_catch_all(seed_like: Any) -> None:
+    resolver, cluster, tunnel = seed_like
+    out = dig("svc.acme.internal.example.net", server="127.0.0.1", port=resolver.port)
+    assert out.rdata == ["192.0.2.80"]
+    assert names(cluster) == ["svc.acme.internal.example.net."] and names(tunnel) == []
+    apex = dig("svc.acme.internal", "TXT", server="127.0.0.1", port=resolver.port)
+    assert apex.status == "NOERROR" and names(tunnel) == ["svc.acme.internal."]
+
+
+def test_case_is_ignored_for_routing_and_echoed_to_the_client(seed_like: Any) -> None:
+    resolver, _, tunnel = seed_like
+    out = dig("DB.Svc.ACME.Internal", server="127.0.0.1", port=resolver.port)
+    assert out.rdata == ["192.168.240.10"]
+    assert out.question == [("DB.Svc.ACME.Internal.", "A")]
+    assert names(tunnel) == ["db.svc.acme.internal."]
+
+
+def test_cache_hit_is_served_without_asking_upstream_and_ttl_is_capped(seed_like: Any) -> None:
+    resolver, cluster, _ = seed_like
+    first = dig("www.example.com", server="127.0.0.1", port=resolver.port)
+    assert first.answers[0][1] == 30  # upstream said 3600; `cache 30` caps it
+    time.sleep(1.1)
+    second = dig("WWW.example.com", server="127.0.0.1", port=resolver.port)
+    assert second.rdata == ["192.0.2.80"] and second.answers[0][1] in (28, 29)
+    assert second.question == [("WWW.example.com.", "A")]
+    assert len(names(cluster)) == 1
+
+
+def test_upstream_sees_fresh_ids_and_ports_never_the_clients(seed_like: Any) -> None:
+    resolver, cluster, _ = seed_like
+    for i in range(5):
+        dig(f"n{i}.example.com", "+noedns", server="127.0.0.1", port=resolver.port)
+    seen = [q for q in cluster.queries() if "qname" in q]
+    assert len(seen) == 5
+    assert len({q["src"] for q in seen}) == 5  # a new socket, so a new source port, each time
+    assert all(q["edns"] and q["edns_payload"] == 1232 for q in seen)  # our EDNS, not the client's
+    assert len({q["id"] for q in seen}) >= 4  # 16 random bits: a repeat in 5 is very unlikely
+
+
+def test_no_matching_zone_is_refused_and_so_is_another_class(tmp_path: Path) -> None:
+    with scripted_upstream(tmp_path, TUNNEL) as tunnel, \
+            splitdns_serve(tmp_path, f"svc.acme.internal {{\n forward . {tunnel.target}\n}}\n") as r:
+        assert dig("example.org", server="127.0.0.1", port=r.port).status == "REFUSED"
+        assert dig("db.svc.acme.internal", "CH", "TXT", server="127.0.0.1", port=r.port).status == "REFUSED"
+        assert tunnel.queries() == []
+
+
+def test_truncated_udp_reply_is_retried_over_tcp(tmp_path: Path) -> None:
+    rules = [{"suffix": ".", "action": "truncate", "records": ["big.example.org. 60 IN A 192.0.2.7"]}]
+    with scripted_upstream(tmp_path, rules) as up, \
+            splitdns_serve(tmp_path, f". {{\n forward . {up.target}\n}}\n") as r:
+        out = dig("big.example.org", server="127.0.0.1", port=r.port)
+        assert out.rdata == ["192.0.2.7"] and "tc" not in out.flags
+        assert [q["transport"] for q in up.queries()] == ["udp", "tcp"]
+
+
+def test_large_answer_is_truncated_for_a_client_without_edns(tmp_path: Path) -> None:
+    records = [f"many.example.org. 60 IN TXT \"{'x' * 100} {i}\"" for i in range(20)]
+    with scripted_upstream(tmp_path, [{"suffix": ".", "records": records}]) as up, \
+            splitdns_serve(tmp_path, f". {{\n cache 30\n forward . {up.target}\n}}\n") as r:
+        small = dig("many.example.org", "TXT", "+noedns", "+ignore", server="127.0.0.1", port=r.port)
+        assert "tc" in small.flags and small.answers == []
+        full = dig("many.example.org", "TXT", "+tcp", server="127.0.0.1", port=r.port)
+        assert len(full.answers) == 20 and "tc" not in full.flags
+        edns = dig("many.example.org", "TXT", "+bufsize=1232", "+ignore", server="127.0.0.1", port=r.port)
+        assert "tc" in edns.flags  # about 2.2 kB: more than 1232 even with EDNS
+
+
+def test_forged_replies_are_dropped_and_the_genuine_one_accepted(tmp_path: Path) -> None:
+    rules = [{"suffix": ".", "records": ["www.example.org. 60 IN A 192.0.2.1"], "delay_ms": 50,
+              "forge": {"wrong_id": 20, "wrong_port": 20, "wrong_question": 20}}]
+    with scripted_upstream(tmp_path, rules) as up, \
+            splitdns_serve(tmp_path, f". {{\n forward . {up.target}\n}}\n") as r:
+        for i in range(5):
+            out = dig(f"www{i}.example.org", server="127.0.0.1", port=r.port)
+            assert out.rdata == ["192.0.2.1"], out.stdout
+            assert POISON_A not in out.stdout
+
+
+def test_dead_upstream_gives_servfail_in_bounded_time(tmp_path: Path) -> None:
+    with scripted_upstream(tmp_path, [{"suffix": ".", "action": "drop"}]) as up, \
+            splitdns_serve(tmp_path, f". {{\n errors\n forward . {up.target}\n}}\n") as r:
+        out = dig("example.org", server="127.0.0.1", port=r.port, timeout=8)
+        print(f"dead upstream: SERVFAIL after {out.elapsed:.2f} s")
+        assert out.status == "SERVFAIL"
+        assert 3.5 < out.elapsed < 5.5  # two attempts of 2 s, as CoreDNS; within the 5 s deadline
+        assert "[ERROR] plugin/errors: 2 example.org. A:" in r.stderr()
+
+
+def test_nothing_listening_fails_fast(tmp_path: Path) -> None:
+    with splitdns_serve(tmp_path, ". {\n forward . 127.0.0.23:9\n}\n") as r:
+        out = dig("example.org", server="127.0.0.1", port=r.port)
+        print(f"refused upstream: SERVFAIL after {out.elapsed:.3f} s")
+        assert out.status == "SERVFAIL" and out.elapsed < 1.0  # ICMP unreachable, no timeout
+        assert "EDE: 22" in out.stdout  # No Reachable Authority, with the reason
+
+
+def test_identical_queries_in_flight_share_one_upstream_query(tmp_path: Path) -> None:
+    rules = [{"suffix": ".", "records": ["slow.example.org. 60 IN A 192.0.2.5"], "delay_ms": 300}]
+    with scripted_upstream(tmp_path, rules) as up, \
+            splitdns_serve(tmp_path, f". {{\n forward . {up.target}\n}}\n") as r:
+        results: list[str] = []
+
+        def ask() -> None:
+            results.extend(dig("slow.example.org", server="127.0.0.1", port=r.port).rdata)
+
+        threads = [threading.Thread(target=ask) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(10)
+        assert results == ["192.0.2.5"] * 8
+        assert len(up.queries()) == 1
+
+
+def test_malformed_queries_never_crash_the_server(seed_like: Any) -> None:
+    resolver, _, _ = seed_like
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(1)
+        s.sendto(b"\x01\x02\x03", ("127.0.0.1", resolver.port))
+        with pytest.raises(TimeoutError):
+            s.recvfrom(512)  # fewer than 12 bytes: no answer at all
+        s.sendto(b"\xab\xcd\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07exam", ("127.0.0.1", resolver.port))
+        data, _ = s.recvfrom(512)
+        reply = dns.message.from_wire(data)
+        assert reply.id == 0xABCD and reply.rcode() == dns.rcode.FORMERR
+    assert dig("db.svc.acme.internal", server="127.0.0.1", port=resolver.port).status == "NOERROR"
+
+
+def test_tcp_clients_are_served_with_pipelining(seed_like: Any) -> None:
+    resolver, _, _ = seed_like
+    out = dig("db.svc.acme.internal", "kubernetes.default.svc.cluster.local", "+tcp", "+keepopen",
+              server="127.0.0.1", port=resolver.port)
+    assert "192.168.240.10" in out.stdout and "10.96.0.1" in out.stdout
+
+
+def test_log_lines_use_corednss_format(tmp_path: Path) -> None:
+    with scripted_upstream(tmp_path, TUNNEL) as up, \
+            splitdns_serve(tmp_path, f"svc.acme.internal {{\n log\n forward . {up.target}\n}}\n") as r:
+        dig("db.svc.acme.internal", server="127.0.0.1", port=r.port)
+        line = next(ln for ln in r.stderr().splitlines() if ln.startswith("[INFO] 127.0.0.1:"))
+        assert '"A IN db.svc.acme.internal. udp' in line and " NOERROR qr,rd,ra " in line
+
+
+def test_forward_to_itself_refuses_to_start_and_explains(tmp_path: Path) -> None:
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\noptions ndots:5\n")
+    code, stderr = run_to_exit(tmp_path, f".:53 {{\n forward . {resolv}\n}}\n")
+    assert code == 2
+    assert "this server itself" in stderr and "dnsPolicy: None" in stderr and "Corefile:2" in stderr
+
+
+def test_bad_corefile_exits_2_naming_file_and_line(tmp_path: Path) -> None:
+    code, stderr = run_to_exit(tmp_path, ". {\n errors\n rewrite name a b\n}\n")
+    assert code == 2
+    assert "Corefile:3: 'rewrite' is a CoreDNS plugin that splitdns does not implement" in stderr
+
+
+def test_serve_stale_answers_from_an_expired_entry_when_the_upstream_dies(tmp_path: Path) -> None:
+    rules = [{"suffix": ".", "records": ["db.svc.acme.internal. 1 IN A 192.168.240.10"]}]
+    text = """svc.acme.internal {{
+        cache 1 {{
+            success 1024 1 1
+            serve_stale 1h verify
+        }}
+        forward . {target} {{
+            max_fails 0
+            read_timeout 300ms
+        }}
+    }}"""
+    with scripted_upstream(tmp_path, rules) as up, \
+            splitdns_serve(tmp_path, text.format(target=up.target)) as r:
+        assert dig("db.svc.acme.internal", server="127.0.0.1", port=r.port).rdata == ["192.168.240.10"]
+        up.set_rules([{"suffix": ".", "action": "drop"}])
+        time.sleep(1.2)  # the entry has expired
+        out = dig("db.svc.acme.internal", server="127.0.0.1", port=r.port)
+        assert (out.status, out.rdata) == ("NOERROR", ["192.168.240.10"])
+        assert out.answers[0][1] == 30  # RFC 8767: stale answers carry a 30 s TTL
+        assert len([q for q in up.queries() if "qname" in q]) >= 2  # it did ask first (verify)
