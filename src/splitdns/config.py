@@ -69,17 +69,20 @@ class Config:
 
 
 def load(path: str | Path, default_port: int = DEFAULT_PORT,
-         env: Mapping[str, str] | None = None) -> Config:
-    return build(corefile.load(path, env), str(path), default_port)
+         env: Mapping[str, str] | None = None, read_files: bool = True) -> Config:
+    return build(corefile.load(path, env), str(path), default_port, read_files)
 
 
 def loads(text: str, file: str = "Corefile", default_port: int = DEFAULT_PORT,
-          env: Mapping[str, str] | None = None) -> Config:
-    return build(corefile.parse(text, file, env), file, default_port)
+          env: Mapping[str, str] | None = None, read_files: bool = True) -> Config:
+    return build(corefile.parse(text, file, env), file, default_port, read_files)
 
 
-def build(blocks: list[corefile.ServerBlock], path: str, default_port: int) -> Config:
-    built = tuple(_block(b, default_port) for b in blocks)
+def build(blocks: list[corefile.ServerBlock], path: str, default_port: int,
+          read_files: bool = True) -> Config:
+    """Blocks to a Config. read_files False leaves resolv.conf targets unread (for linting
+    a Corefile meant for a pod): they are then in each ForwardSpec's `files` only."""
+    built = tuple(_block(b, default_port, read_files) for b in blocks)
     _check_unique(built)
     _check_bind_consistency(built)
     config = Config(built, path)
@@ -87,7 +90,7 @@ def build(blocks: list[corefile.ServerBlock], path: str, default_port: int) -> C
     return config
 
 
-def _block(sb: corefile.ServerBlock, default_port: int) -> Block:
+def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True) -> Block:
     zones: list[str] = []
     ports: set[int] = set()
     for key in sb.keys:
@@ -110,7 +113,7 @@ def _block(sb: corefile.ServerBlock, default_port: int) -> Block:
                                         f"(first at {seen[name].where})")
         seen[name] = st
         if name == "forward":
-            forwards.append(forward.parse(st))
+            forwards.append(forward.parse(st, read_files))
         elif name == "cache":
             values["cache"] = cache.parse(st)
         elif name == "errors":

@@ -57,6 +57,7 @@ class Upstream:
 class ForwardSpec:
     origin: str                       # FROM, normalised
     upstreams: tuple[Upstream, ...]
+    files: tuple[str, ...] = ()       # resolv.conf paths named as TO, as written
     excepts: tuple[str, ...] = ()
     policy: str = "random"
     max_fails: int = 2
@@ -81,17 +82,24 @@ class ForwardSpec:
         return self.max_connect_attempts or 10_000
 
 
-def parse(st: Statement) -> ForwardSpec:
+def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
+    """The spec of one `forward` line. With read_files False (linting a Corefile meant for
+    another machine), resolv.conf targets are only recorded in `files`, not read."""
     _args.arity(st, 2, None, USAGE)
     origin = _args.zone(st, st.args[0], "forward FROM")
     upstreams: list[Upstream] = []
+    files: list[str] = []
     for text in st.args[1:]:
+        if _is_file_target(text):
+            files.append(text)
+            if not read_files:
+                continue
         for up in _targets(st, text):
             if up not in upstreams:
                 upstreams.append(up)
     if len(upstreams) > MAX_UPSTREAMS:
         raise ConfigError(st.where, f"forward: more than {MAX_UPSTREAMS} upstreams")
-    options: dict[str, object] = {"line": str(st.where)}
+    options: dict[str, object] = {"line": str(st.where), "files": tuple(files)}
     for opt in st.body or ():
         _option(opt, options)
     return ForwardSpec(origin=origin, upstreams=tuple(upstreams), **options)  # type: ignore[arg-type]
@@ -162,6 +170,10 @@ def _rcode(opt: Statement, text: str) -> int:
     if code == dns.rcode.NOERROR:
         raise ConfigError(opt.where, "failover: NOERROR cannot trigger a failover")
     return int(code)
+
+
+def _is_file_target(text: str) -> bool:
+    return "/" in text and "://" not in text and _address(text) is None
 
 
 def _targets(st: Statement, text: str) -> list[Upstream]:
