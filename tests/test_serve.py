@@ -242,3 +242,24 @@ def test_serve_stale_answers_from_an_expired_entry_when_the_upstream_dies(tmp_pa
         assert (out.status, out.rdata) == ("NOERROR", ["192.168.240.10"])
         assert out.answers[0][1] == 30  # RFC 8767: stale answers carry a 30 s TTL
         assert len([q for q in up.queries() if "qname" in q]) >= 2  # it did ask first (verify)
+
+
+def test_log_and_errors_can_write_one_json_object_per_line(tmp_path: Path) -> None:
+    import json
+
+    text = """. {{
+        log {{
+            format json
+        }}
+        errors {{
+            format json
+        }}
+        forward . {target}
+    }}"""
+    with splitdns_serve(tmp_path, text.format(target="127.0.0.23:9")) as r:  # nothing listens there
+        dig("example.org", server="127.0.0.1", port=r.port)
+        lines = [json.loads(ln) for ln in r.stderr().splitlines() if ln.startswith("{")]
+        info = next(x for x in lines if x["level"] == "info")
+        error = next(x for x in lines if x["level"] == "error")
+        assert (info["name"], info["type"], info["rcode"]) == ("example.org.", "A", "SERVFAIL")
+        assert error["rcode"] == 2 and "connection refused" in error["error"]

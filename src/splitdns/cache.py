@@ -48,6 +48,9 @@ class Cache:
     def __len__(self) -> int:
         return len(self._success) + len(self._denial)
 
+    def sizes(self) -> dict[str, int]:
+        return {"success": len(self._success), "denial": len(self._denial)}
+
     def get(self, key: bytes, now: float) -> Entry | None:
         """A fresh entry, or None. Expired entries stay for serve_stale, then go."""
         entry = self._success.get(key) or self._denial.get(key)

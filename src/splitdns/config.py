@@ -15,12 +15,13 @@ import dns.exception
 import dns.name
 
 from splitdns import corefile
-from splitdns.directives import bind, cache, forward, logging
+from splitdns.directives import bind, cache, forward, logging, operations
 from splitdns.errors import ConfigError, Location
 
 DEFAULT_PORT = 53
 
-SUPPORTED = ("bind", "cache", "errors", "forward", "log")
+SUPPORTED = ("bind", "cache", "errors", "forward", "health", "log", "loop", "prometheus", "ready",
+             "reload")
 # Directives CoreDNS has that we deliberately do not: named in the error so the user
 # knows the Corefile is fine for CoreDNS but not for us.
 COREDNS_ONLY = (
@@ -31,8 +32,8 @@ COREDNS_ONLY = (
     "template", "timeouts", "tls", "trace", "transfer", "tsig", "view", "whoami",
 )
 # CoreDNS runs plugins in a compiled order, not in file order (plugin.cfg); so do we.
-ORDER = ("bind", "errors", "log", "cache", "forward")
-ONCE = ("bind", "cache", "errors", "log")
+ORDER = ("reload", "bind", "ready", "health", "prometheus", "errors", "log", "cache", "loop", "forward")
+ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready")
 
 
 @dataclass(frozen=True)
@@ -48,6 +49,11 @@ class Block:
     errors: logging.ErrorsSpec | None = None
     log: logging.LogSpec | None = None
     explicit_bind: bool = False
+    health: operations.HealthSpec | None = None
+    ready: operations.ReadySpec | None = None
+    prometheus: operations.Endpoint | None = None
+    reload: operations.ReloadSpec | None = None
+    loop: bool = False
 
     @property
     def name(self) -> str:
@@ -58,6 +64,23 @@ class Block:
 class Config:
     blocks: tuple[Block, ...]
     path: str
+
+    @property
+    def health(self) -> operations.HealthSpec | None:
+        """`health` is process-wide, as in CoreDNS: the first block's wins."""
+        return next((b.health for b in self.blocks if b.health), None)
+
+    @property
+    def ready(self) -> operations.Endpoint | None:
+        return next((b.ready.endpoint for b in self.blocks if b.ready), None)
+
+    @property
+    def reload(self) -> operations.ReloadSpec | None:
+        return next((b.reload for b in self.blocks if b.reload), None)
+
+    @property
+    def prometheus(self) -> tuple[operations.Endpoint, ...]:
+        return tuple(dict.fromkeys(b.prometheus for b in self.blocks if b.prometheus))
 
     def listeners(self) -> dict[tuple[str, int], tuple[Block, ...]]:
         """Which blocks each (address, port) serves."""
@@ -123,6 +146,16 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
         elif name == "bind":
             values["bind"] = bind.parse(st)
             values["explicit_bind"] = True
+        elif name == "health":
+            values["health"] = operations.parse_health(st)
+        elif name == "ready":
+            values["ready"] = operations.parse_ready(st)
+        elif name == "prometheus":
+            values["prometheus"] = operations.parse_prometheus(st)
+        elif name == "reload":
+            values["reload"] = operations.parse_reload(st)
+        elif name == "loop":
+            values["loop"] = operations.parse_loop(st)
     return Block(zones=tuple(dict.fromkeys(zones)), port=ports.pop(), where=sb.where,
                  forwards=tuple(forwards), **values)  # type: ignore[arg-type]
 

@@ -50,6 +50,7 @@ from splitdns import wire
 from splitdns.cache import Cache, Entry
 from splitdns.config import Block
 from splitdns.directives.forward import ForwardSpec, Upstream
+from splitdns.metrics import ZoneStats
 
 # Extended DNS Error codes (RFC 8914) we use.
 EDE_NETWORK_ERROR = 23
@@ -234,6 +235,25 @@ class Zone:
         self.block = block
         self.cache = cache if cache is not None else (Cache(block.cache) if block.cache else None)
         self.forwards = [ForwardState.of(spec) for spec in block.forwards]
+        self.stats = ZoneStats()
+        self.ready = False           # latched once the zone answered through its upstreams
+        self.not_ready_reason = "no probe has been answered yet"
+        self.loop_error: str | None = None  # set while a forwarding loop is detected
+
+    @property
+    def name(self) -> str:
+        return self.block.zones[0]
+
+    def healthy_now(self) -> tuple[bool, str]:
+        """The zone's live state, for /ready?zone=: a loop, or every upstream marked down."""
+        if self.loop_error:
+            return False, self.loop_error
+        if not self.ready:
+            return False, self.not_ready_reason
+        for fwd in self.forwards:
+            if fwd.upstreams and all(u.down(fwd.spec.max_fails) for u in fwd.upstreams):
+                return False, f"every upstream of forward {fwd.spec.origin} is down"
+        return True, "ok"
 
     def forward_for(self, name: bytes) -> ForwardState | None:
         for fwd in self.forwards:

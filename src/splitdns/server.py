@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import logs, queries, resolve, upstream, wire
+from splitdns import logs, metrics, queries, resolve, upstream, wire
 from splitdns.cache import Entry
 from splitdns.config import Block, Config
 
@@ -47,6 +47,10 @@ class Listener:
         return f"dns://{self.host}:{self.port}" if ":" not in self.host else \
             f"dns://[{self.host}]:{self.port}"
 
+    @property
+    def family(self) -> str:
+        return "2" if ":" in self.host else "1"  # CoreDNS's label values
+
 
 @dataclass
 class Server:
@@ -60,11 +64,22 @@ class Server:
         field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _tcp_connections: int = 0
+    loop_probes: dict[bytes, resolve.Zone] = field(default_factory=dict)
+    internal_errors: int = 0
 
     async def start(self) -> None:
         self.zones = {block: resolve.Zone(block) for block in self.config.blocks}
-        for (host, port), blocks in self.config.listeners().items():
+        await self._listen(self.config, {})
+
+    async def _listen(self, config: Config, keep: dict[tuple[str, int], Listener]) -> None:
+        """Open a listener for each (address, port) of the config, keeping the ones in `keep`."""
+        opened: list[Listener] = []
+        for (host, port), blocks in config.listeners().items():
             router = resolve.Router(self.zones[b] for b in blocks)
+            if (host, port) in keep:
+                keep[(host, port)].router = router  # swapped atomically: no query is lost
+                opened.append(keep[(host, port)])
+                continue
             listener = Listener(host, port, router)
             try:
                 await self._open(listener)
@@ -72,10 +87,36 @@ class Server:
                 if host == "::1" and not any(b.explicit_bind for b in blocks) and \
                         err.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT):
                     continue  # no IPv6 loopback here; 127.0.0.1 is enough
-                self.close()
+                for new in opened:
+                    if new not in keep.values():
+                        self._close_listener(new)
                 raise OSError(err.errno, f"cannot listen on {listener.label}: {err.strerror}") \
                     from None
-            self.listeners.append(listener)
+            opened.append(listener)
+        self.listeners = opened
+
+    async def swap(self, config: Config) -> None:
+        """Serve a new config. Zones whose block did not change keep their state; a changed
+        zone keeps its cache when the cache settings are the same. Raises OSError if a new
+        listener cannot open, and then the old config stays in service."""
+        old_config, old_zones = self.config, self.zones
+        old_listeners = {(li.host, li.port): li for li in self.listeners}
+        caches = {(b.zones, b.port, b.cache): z.cache for b, z in old_zones.items() if z.cache}
+        self.zones = {b: old_zones.get(b) or resolve.Zone(b, caches.get((b.zones, b.port, b.cache)))
+                      for b in config.blocks}
+        try:
+            await self._listen(config, dict(old_listeners))
+        except OSError:
+            self.zones = old_zones
+            self.listeners = list(old_listeners.values())
+            for (host, port), listener in old_listeners.items():
+                blocks = old_config.listeners().get((host, port), ())
+                listener.router = resolve.Router(self.zones[b] for b in blocks)
+            raise
+        for listener in old_listeners.values():
+            if listener not in self.listeners:
+                self._close_listener(listener)
+        self.config = config
 
     async def _open(self, listener: Listener) -> None:
         family = socket.AF_INET6 if ":" in listener.host else socket.AF_INET
@@ -98,14 +139,30 @@ class Server:
             raise
         asyncio.get_running_loop().add_reader(sock.fileno(), self._udp_readable, listener)
 
-    def close(self) -> None:
-        loop = asyncio.get_running_loop()
+    def _close_listener(self, listener: Listener) -> None:
+        if listener.udp is not None:
+            asyncio.get_running_loop().remove_reader(listener.udp.fileno())
+            listener.udp.close()
+            listener.udp = None
+        if listener.tcp is not None:
+            listener.tcp.close()
+            listener.tcp = None
+
+    async def drain(self, budget: float) -> None:
+        """Stop accepting queries, then let those in flight finish (bounded by `budget`)."""
         for listener in self.listeners:
-            if listener.udp is not None:
-                loop.remove_reader(listener.udp.fileno())
-                listener.udp.close()
-            if listener.tcp is not None:
-                listener.tcp.close()
+            self._close_listener(listener)
+        self.listeners.clear()
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=budget)
+        for _ in range(int(budget * 20)):
+            if not self._tcp_connections:
+                break
+            await asyncio.sleep(0.05)
+
+    def close(self) -> None:
+        for listener in self.listeners:
+            self._close_listener(listener)
         self.listeners.clear()
         for task in self._tasks:
             task.cancel()
@@ -148,6 +205,9 @@ class Server:
             out = wire.truncated(q, struct.unpack_from("!H", entry.wire, 2)[0])
         assert listener.udp is not None
         self._send_udp(listener.udp, out, addr)
+        stats = zone.stats
+        stats.cache_hits += 1
+        stats.answered("udp", listener.family, q.qtype, out, self.clock() - now)
         if zone.block.log is not None:
             self._log_query(zone.block, q, addr, "udp", size, out, now)
         return True
@@ -155,13 +215,13 @@ class Server:
     async def _resolve_udp(self, q: wire.Query, listener: Listener, addr: tuple[str, int],
                            size: int) -> None:
         start = self.clock()
-        out, block = await self.answer(q, listener)
+        out, zone = await self.answer(q, listener)
         if len(out) > q.max_udp:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
-        assert listener.udp is not None
+        if listener.udp is None:
+            return  # closed by a reload or a stop while we waited upstream
         self._send_udp(listener.udp, out, addr)
-        if block is not None and block.log is not None:
-            self._log_query(block, q, addr, "udp", size, out, start)
+        self._account(zone, q, addr, "udp", listener.family, size, out, start)
 
     @staticmethod
     def _send_udp(sock: socket.socket, data: bytes, addr: tuple[str, int]) -> None:
@@ -171,42 +231,78 @@ class Server:
 
     # -- resolution --------------------------------------------------------------------------
 
-    async def answer(self, q: wire.Query, listener: Listener) -> tuple[bytes, Block | None]:
+    async def answer(self, q: wire.Query, listener: Listener) -> tuple[bytes, resolve.Zone | None]:
         """The reply for a query, from cache or upstream (the full path, any transport)."""
         try:
             return await self._resolve(q, listener)
         except Exception as err:  # our own bug: the client still gets an answer, we a log line
+            self.internal_errors += 1
             logs.error(f"internal error while resolving: {err!r}")
             return wire.error_reply(q, dns.rcode.SERVFAIL), None
 
-    async def _resolve(self, q: wire.Query, listener: Listener) -> tuple[bytes, Block | None]:
+    async def _resolve(self, q: wire.Query, listener: Listener) -> tuple[bytes, resolve.Zone | None]:
         zone = listener.router.route(q.name)
         if zone is None:
             return wire.error_reply(q, dns.rcode.REFUSED), None
+        looped = self.loop_probes.get(q.name) if q.qtype == dns.rdatatype.HINFO else None
+        if looped is not None:
+            return self._loop_detected(looped, q), zone
+        if zone.loop_error:
+            return wire.error_reply(q, dns.rcode.SERVFAIL, (resolve.EDE_NOT_READY, zone.loop_error)), zone
         now = self.clock()
         if zone.cache is not None:
             entry = zone.cache.get(q.key, now)
             if entry is not None:
-                return wire.render(entry.wire, entry.offsets, entry.remaining(now), q), zone.block
+                zone.stats.cache_hits += 1
+                return wire.render(entry.wire, entry.offsets, entry.remaining(now), q), zone
+            zone.stats.cache_misses += 1
         fwd = zone.forward_for(q.name)
         if fwd is None:
             self._log_error(zone.block, q, dns.rcode.SERVFAIL, "no next plugin found")
-            return wire.error_reply(q, dns.rcode.SERVFAIL), zone.block
+            return wire.error_reply(q, dns.rcode.SERVFAIL), zone
         stale = zone.stale(q, now)
         if stale is not None and zone.stale_first:
+            zone.stats.served_stale += 1
             self._spawn(self._refresh(zone, fwd, q))
-            return stale, zone.block
+            return stale, zone
         done, entry = await self._merged(zone, fwd, q)
         if done.error is not None:
             self._log_error(zone.block, q, done.rcode, done.error)
             if stale is not None:
-                return stale, zone.block
-        return zone.render(q, done, entry, self.clock()), zone.block
+                zone.stats.served_stale += 1
+                return stale, zone
+        return zone.render(q, done, entry, self.clock()), zone
+
+    def _loop_detected(self, zone: resolve.Zone, q: wire.Query) -> bytes:
+        """Our own loop probe came back to us: the zone's upstreams lead here."""
+        ups = ", ".join(str(u.upstream) for f in zone.forwards for u in f.upstreams)
+        zone.loop_error = (f"forwarding loop detected for zone {zone.name}: a probe sent to {ups} "
+                           "came back to this server; fix the forward target")
+        zone.stats.loops_detected += 1
+        logs.error(f"plugin/loop: {zone.loop_error}. Query: \"HINFO {resolve.wire_to_text(q.name)}\"")
+        return wire.error_reply(q, dns.rcode.SERVFAIL, (resolve.EDE_NOT_READY, zone.loop_error))
+
+    async def probe(self, zone: resolve.Zone, name: str, qtype: int) -> resolve.Done:
+        """Ask a name through the zone's upstreams, bypassing the cache (readiness, loops)."""
+        raw = resolve.name_to_wire(name)
+        q = wire.Query(0, wire.RD, raw + struct.pack("!HH", qtype, 1), raw, qtype, False, 512, False)
+        fwd = zone.forward_for(raw)
+        if fwd is None:
+            return resolve.Done(error=f"no forward in zone {zone.name} covers {name}")
+        return await self._exchange(zone, fwd, q)
 
     async def _refresh(self, zone: resolve.Zone, fwd: resolve.ForwardState, q: wire.Query) -> None:
         done, _ = await self._merged(zone, fwd, q)
         if done.error is not None:
             self._log_error(zone.block, q, done.rcode, f"refreshing a stale answer: {done.error}")
+
+    def _account(self, zone: resolve.Zone | None, q: wire.Query, addr: tuple[str, int], proto: str,
+                 family: str, size: int, out: bytes, start: float) -> None:
+        if zone is None:
+            return
+        zone.stats.answered(proto, family, q.qtype, out, self.clock() - start)
+        if zone.block.log is not None:
+            self._log_query(zone.block, q, addr, proto, size, out, start)
 
     async def _merged(self, zone: resolve.Zone, fwd: resolve.ForwardState,
                       q: wire.Query) -> tuple[resolve.Done, Entry | None]:
@@ -220,7 +316,7 @@ class Server:
         self._inflight[key] = future
         fwd.inflight += 1
         try:
-            done = await self._exchange(fwd, q)
+            done = await self._exchange(zone, fwd, q)
             entry = zone.store(q, done, self.clock())
             future.set_result((done, entry))
         except BaseException as err:
@@ -232,19 +328,26 @@ class Server:
             del self._inflight[key]
         return done, entry
 
-    async def _exchange(self, fwd: resolve.ForwardState, q: wire.Query) -> resolve.Done:
+    async def _exchange(self, zone: resolve.Zone, fwd: resolve.ForwardState,
+                        q: wire.Query) -> resolve.Done:
         exchange = resolve.Exchange(fwd, self.clock(), self.rng)
         step = exchange.start()
         while isinstance(step, resolve.Send):
             sent = wire.upstream_query(q, secrets.randbits(16))
+            began = self.clock()
+            to = str(step.upstream.upstream)
             try:
                 data, msg = await upstream.ask(sent, step.upstream.upstream, step.tcp,
                                                step.timeout, self.counters)
             except upstream.UpstreamError as err:
+                zone.stats.upstream[(to, "timeout" if "timeout" in str(err) else "error")].observe(
+                    self.clock() - began)
                 failed = step.upstream
                 step = exchange.failed(step, str(err), self.clock())
                 self._watch(fwd, failed)
             else:
+                rcode = metrics.RCODES.get(msg.rcode(), "other")
+                zone.stats.upstream[(to, rcode)].observe(self.clock() - began)
                 step = exchange.answered(step, data, msg, self.clock())
         return step
 
@@ -315,12 +418,11 @@ class Server:
     async def _answer_tcp(self, q: wire.Query, listener: Listener, writer: asyncio.StreamWriter,
                           peer: tuple[str, int], size: int) -> None:
         start = self.clock()
-        out, block = await self.answer(q, listener)
+        out, zone = await self.answer(q, listener)
         if writer.is_closing():
             return
         writer.write(struct.pack("!H", len(out)) + out)
-        if block is not None and block.log is not None:
-            self._log_query(block, q, peer, "tcp", size, out, start)
+        self._account(zone, q, peer, "tcp", listener.family, size, out, start)
 
     # -- logging -----------------------------------------------------------------------------
 

@@ -66,3 +66,38 @@ def run_to_exit(tmp_path: Path, corefile: str, timeout: float = 10.0) -> tuple[i
     finally:
         stop(process)
     return code, (workdir / "stderr.log").read_text(encoding="utf-8", errors="replace")
+
+
+def http_get(port: int, path: str, timeout: float = 3.0) -> tuple[int, str]:
+    """GET http://127.0.0.1:port/path: status and body, also for 4xx/5xx."""
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+            return resp.status, resp.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+@contextmanager
+def dnsmasq_forwarder(tmp_path: Path, addr: str, to: str) -> Iterator[int]:
+    """A real dnsmasq on loopback forwarding everything to `to` ("ip#port"); yields its port."""
+    from tests.support.processes import assert_loopback
+
+    assert_loopback(addr)
+    assert_loopback(to.split("#")[0])
+    port = free_port(addr)
+    log = tmp_path / f"dnsmasq-{port}.log"
+    with log.open("wb") as out:
+        process = subprocess.Popen(
+            ["dnsmasq", "--keep-in-foreground", "--no-resolv", "--no-hosts", "--conf-file=/dev/null",
+             f"--listen-address={addr}", f"--port={port}", "--bind-interfaces", f"--server={to}",
+             "--pid-file=", "--log-facility=-", "--cache-size=0"],
+            stdin=subprocess.DEVNULL, stdout=out, stderr=out)
+    try:
+        poll_until("dnsmasq to start", READY_TIMEOUT,
+                   lambda: True if "started" in log.read_text(errors="replace") else None)
+        yield port
+    finally:
+        stop(process)

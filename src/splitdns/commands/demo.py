@@ -7,6 +7,7 @@ import sys
 
 from splitdns import config, demo, logs
 from splitdns.commands import serve
+from splitdns.lifecycle import Runtime
 from splitdns.server import Server
 
 FALLBACK_PORT = 5300
@@ -22,9 +23,9 @@ async def _main(port: int) -> int:
     tunnel.start(demo.TUNNEL_ADDR)
     for candidate in dict.fromkeys((port, FALLBACK_PORT)):
         loaded = config.loads(demo.corefile(candidate, cluster, tunnel), "<demo Corefile>")
-        server = Server(loaded)
+        runtime = Runtime(Server(loaded))
         try:
-            await server.start()
+            await runtime.start()
         except OSError as err:
             if getattr(err, "errno", None) in (errno.EADDRINUSE, errno.EACCES):
                 logs.info(f"port {candidate} is not available ({err.strerror}); trying another")
@@ -33,8 +34,6 @@ async def _main(port: int) -> int:
             return serve.EXIT_START
         print(demo.corefile(candidate, cluster, tunnel))
         print(demo.instructions(candidate), flush=True)
-        await serve.wait_for_signal()
-        server.close()
-        return serve.EXIT_OK
+        return await runtime.run_until_signalled()
     print("splitdns demo: no free port; pass --port N", file=sys.stderr)
     return serve.EXIT_START

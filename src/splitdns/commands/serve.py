@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import sys
 from collections.abc import Coroutine
 
 from splitdns import __version__, config, logs
 from splitdns.errors import ConfigError
+from splitdns.lifecycle import Runtime
 from splitdns.server import Server
 
 EXIT_OK, EXIT_START, EXIT_CONFIG = 0, 1, 2
@@ -34,7 +34,7 @@ def run(path: str, port: int) -> int:
     except ConfigError as err:
         logs.error(str(err))
         return EXIT_CONFIG
-    return run_loop(serve(loaded))
+    return run_loop(serve(loaded, path, port))
 
 
 def run_loop(main: Coroutine[object, object, int]) -> int:
@@ -47,25 +47,15 @@ def run_loop(main: Coroutine[object, object, int]) -> int:
     return result
 
 
-async def serve(loaded: config.Config, banner: bool = True) -> int:
-    server = Server(loaded)
+async def serve(loaded: config.Config, path: str | None, port: int = config.DEFAULT_PORT) -> int:
+    runtime = Runtime(Server(loaded), path, port)
     try:
-        await server.start()
+        await runtime.start()
     except OSError as err:
         logs.error(str(err))
         return EXIT_START
-    if banner:
-        for block in loaded.blocks:
-            print(block.name, flush=True)
-        print(f"splitdns-{__version__}", flush=True)
-    await wait_for_signal()
-    server.close()
-    return EXIT_OK
-
-
-async def wait_for_signal() -> None:
-    loop = asyncio.get_running_loop()
-    stop = asyncio.Event()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    await stop.wait()
+    # CoreDNS prints its blocks, then its version: people grep for both.
+    for block in loaded.blocks:
+        print(block.name, flush=True)
+    print(f"splitdns-{__version__}", flush=True)
+    return await runtime.run_until_signalled()

@@ -1,0 +1,256 @@
+"""A server's life in a pod: endpoints, readiness and loop probes, reload, graceful stop.
+
+Readiness, the rule: `/ready` answers 200 once every zone has answered a real query
+through its upstreams (a probe name per zone: `ready { probe NAME... }`, else the zone's
+apex NS), and stays 200 after that even if a zone's upstreams fail later. Taking the pod
+out of its Services would not bring a tunnel back, and it would cut the cluster names too;
+the tunnel zone already answers at once (SERVFAIL with a reason, or stale) while it is
+down. `/ready` goes 503 again only for what the pod itself must fix or is doing: a
+forwarding loop detected, or shutting down. `/ready?zone=Z` is live: 503 while Z has not
+answered yet, while all its upstreams are marked down, or while it loops, so a startup
+probe can hold the app until the tunnel zone answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import random
+import secrets
+import signal
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+
+import dns.rcode
+import dns.rdatatype
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from splitdns import config, corefile, http, logs, metrics, resolve
+from splitdns.errors import ConfigError
+from splitdns.server import Server, upstream_budget
+
+PROBE_INTERVAL = 1.0
+LOOP_PROBE_ATTEMPTS = 30  # CoreDNS: every second for up to 30 s until one exchange succeeds
+
+
+def digest(blocks: list[corefile.ServerBlock]) -> str:
+    """SHA-512 of the parsed blocks, as CoreDNS: comments and spacing do not cause a reload."""
+    def statement(st: corefile.Statement) -> object:
+        return [[t.text for t in st.tokens], [statement(b) for b in st.body or ()]]
+
+    data = [[[k.text for k in b.keys], [statement(d) for d in b.directives]] for b in blocks]
+    return hashlib.sha512(json.dumps(data).encode()).hexdigest()
+
+
+@dataclass
+class Runtime:
+    server: Server
+    path: str | None = None
+    default_port: int = config.DEFAULT_PORT
+    stopping: bool = False
+    version: str = ""
+    failed_version: str = ""
+    process: metrics.ProcessStats = field(default_factory=metrics.ProcessStats)
+    _http: list[asyncio.Server] = field(default_factory=list)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _reload_now: asyncio.Event = field(default_factory=asyncio.Event)
+
+    # -- start and stop ------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await self.server.start()
+        self.process.dropped_mismatched = lambda: self.server.counters.mismatched
+        self.process.dropped_unparseable = lambda: self.server.counters.unparseable
+        try:
+            await self._open_endpoints()
+        except OSError:
+            self.server.close()
+            raise
+        self._probe_zones()
+        if self.path is not None and self.server.config.reload is not None:
+            self._spawn(self._watch_corefile())
+
+    async def run_until_signalled(self) -> int:
+        loop = asyncio.get_running_loop()
+        stop = asyncio.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(signal.SIGUSR1, self._reload_now.set)
+        await stop.wait()
+        await self.stop()
+        return 0
+
+    async def stop(self) -> None:
+        """Lameduck first: /ready fails at once while DNS keeps answering, then drain."""
+        self.stopping = True
+        health = self.server.config.health
+        if health is not None and health.lameduck > 0:
+            logs.info(f"lameduck: still answering for {health.lameduck:g}s")
+            await asyncio.sleep(health.lameduck)
+        for task in self._tasks:
+            task.cancel()
+        await self.server.drain(upstream_budget(self.server.config))
+        for srv in self._http:
+            srv.close()
+        self.server.close()
+
+    # -- HTTP endpoints ----------------------------------------------------------------------
+
+    async def _open_endpoints(self) -> None:
+        cfg = self.server.config
+        routes: dict[tuple[str, int], dict[str, http.Handler]] = {}
+        if cfg.health is not None:
+            ep = cfg.health.endpoint
+            routes.setdefault((ep.host, ep.port), {})["/health"] = self._health
+        if cfg.ready is not None:
+            routes.setdefault((cfg.ready.host, cfg.ready.port), {})["/ready"] = self._ready
+        if cfg.prometheus:
+            collector = metrics.ServerCollector(self._zones_for_metrics, self.process)
+            registry = metrics.registry(collector)
+
+            def scrape(_: dict[str, list[str]]) -> http.Response:
+                return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
+
+            for ep in cfg.prometheus:
+                routes.setdefault((ep.host, ep.port), {})["/metrics"] = scrape
+        for (host, port), table in routes.items():
+            try:
+                self._http.append(await http.serve(host, port, table))
+            except OSError as err:
+                for srv in self._http:
+                    srv.close()
+                raise OSError(err.errno, f"cannot listen for HTTP on {host or '*'}:{port}: "
+                                         f"{err.strerror}") from None
+
+    def _zones_for_metrics(self) -> list[tuple[str, resolve.Zone]]:
+        out = []
+        for block, zone in self.server.zones.items():
+            host = block.bind[0] if block.explicit_bind else ""
+            out.append((f"dns://{host}:{block.port}", zone))
+        return out
+
+    def _health(self, _: dict[str, list[str]]) -> http.Response:
+        return 200, "text/plain", b"OK"
+
+    def _ready(self, query: dict[str, list[str]]) -> http.Response:
+        zones = list(self.server.zones.values())
+        if "zone" in query:
+            wanted = {z.rstrip(".").lower() + "." for z in query["zone"]}
+            chosen = [z for z in zones if set(z.block.zones) & wanted]
+            if not chosen:
+                known = ", ".join(z.name for z in zones)
+                return 404, "text/plain", f"no such zone; zones: {known}\n".encode()
+            problems = [f"{z.name}: {why}" for z in chosen for ok, why in [z.healthy_now()] if not ok]
+        else:
+            problems = [f"{z.name}: {z.loop_error or z.not_ready_reason}" for z in zones
+                        if z.loop_error or not z.ready]
+        if self.stopping:
+            problems.insert(0, "shutting down")
+        if problems:
+            return 503, "text/plain", ("not ready\n" + "\n".join(problems) + "\n").encode()
+        return 200, "text/plain", b"OK"
+
+    # -- readiness and loop probes -------------------------------------------------------------
+
+    def _probe_zones(self) -> None:
+        cfg = self.server.config
+        names = [n for b in cfg.blocks if b.ready for n in b.ready.probes]
+        for zone in self.server.zones.values():
+            if not zone.ready and cfg.ready is not None:
+                self._spawn(self._until_ready(zone, self._probe_names(zone, names)))
+            if zone.block.loop:
+                self.check_loops(zone)
+
+    def _probe_names(self, zone: resolve.Zone, names: list[str]) -> list[tuple[str, int]]:
+        router = resolve.Router(self.server.zones.values())
+        mine = [(n, int(dns.rdatatype.A)) for n in names if router.route(resolve.name_to_wire(n)) is zone]
+        return mine or [(zone.name, int(dns.rdatatype.NS))]
+
+    async def _until_ready(self, zone: resolve.Zone, names: list[tuple[str, int]]) -> None:
+        ups = ", ".join(str(u.upstream) for f in zone.forwards for u in f.upstreams) or "no upstream"
+        zone.not_ready_reason = (f"waiting for {', '.join(n for n, _ in names)} to be answered "
+                                 f"through {ups}")
+        while not zone.ready:
+            reasons = []
+            for name, qtype in names:
+                done = await self.server.probe(zone, name, qtype)
+                rcode = done.msg.rcode() if done.msg is not None else None
+                if rcode not in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
+                    code = dns.rcode.Rcode.make(rcode if rcode is not None else done.rcode)
+                    why = done.error or f"{name} answered {dns.rcode.to_text(code)}"
+                    reasons.append(f"probe {name}: {why}")
+            if not reasons:
+                zone.ready = True
+                logs.info(f"zone {zone.name} is ready: its upstreams answered")
+                return
+            zone.not_ready_reason = "; ".join(reasons)
+            await asyncio.sleep(PROBE_INTERVAL)
+
+    def check_loops(self, zone: resolve.Zone) -> None:
+        """Probe for a forwarding loop now: at start, after a reload, when upstreams change."""
+        self._spawn(self._loop_probe(zone))
+
+    async def _loop_probe(self, zone: resolve.Zone) -> None:
+        for _ in range(LOOP_PROBE_ATTEMPTS):
+            name = f"{secrets.token_hex(6)}.{secrets.token_hex(6)}.{zone.name}".replace("..", ".")
+            key = resolve.name_to_wire(name)
+            self.server.loop_probes[key] = zone
+            detected_before = zone.stats.loops_detected
+            try:
+                done = await self.server.probe(zone, name, dns.rdatatype.HINFO)
+            finally:
+                self.server.loop_probes.pop(key, None)
+            if zone.stats.loops_detected > detected_before:
+                return
+            if done.msg is not None:
+                zone.loop_error = None  # an upstream answered and nothing came back: no loop
+                return
+            await asyncio.sleep(PROBE_INTERVAL)
+
+    # -- reload --------------------------------------------------------------------------------
+
+    async def _watch_corefile(self) -> None:
+        spec = self.server.config.reload
+        assert spec is not None and self.path is not None
+        with contextlib.suppress(ConfigError):
+            self.version = digest(corefile.load(self.path))
+        self.process.reload_hash = self.version
+        while not self.stopping:
+            delay = spec.interval + random.uniform(0, spec.jitter)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(delay):
+                    await self._reload_now.wait()
+            self._reload_now.clear()
+            await self.reload()
+            spec = self.server.config.reload or spec
+
+    async def reload(self) -> bool:
+        """Re-read the Corefile; serve it if it changed and loads, else keep the old one."""
+        assert self.path is not None
+        version = ""
+        try:
+            blocks = corefile.load(self.path)
+            version = digest(blocks)
+            if version in (self.version, self.failed_version):
+                return False
+            new = config.build(blocks, self.path, self.default_port)
+            await self.server.swap(new)
+        except (ConfigError, OSError) as err:
+            self.failed_version = version  # not logged again until the file changes again
+            self.process.reloads_failed += 1
+            logs.error(f"plugin/reload: Corefile changed but could not be loaded, still serving "
+                       f"the previous one: {err}")
+            return False
+        self.version, self.failed_version = version, ""
+        self.process.reload_hash = version
+        logs.info(f"plugin/reload: Running configuration SHA512 = {version}")
+        self._probe_zones()
+        return True
+
+    def _spawn(self, coro: Coroutine[object, object, None]) -> None:
+        task = asyncio.ensure_future(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
