@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from splitdns import config
+from splitdns import config, resolve
 from splitdns.errors import ConfigError
 from tests.test_corefile import SEED
 
@@ -105,7 +105,7 @@ def test_forward_targets_and_options() -> None:
     assert spec.force_tcp and spec.failfast_all_unhealthy and spec.max_concurrent == 100
     assert spec.failover == frozenset({2, 5})
     assert (spec.read_timeout, spec.expire) == (0.5, 90.0)
-    assert spec.attempts == 8  # CoreDNS: twice the number of upstreams
+    assert resolve.ForwardState.of(spec).attempts() == 8  # CoreDNS: twice the number of upstreams
 
 
 def test_several_forward_lines_keep_file_order() -> None:

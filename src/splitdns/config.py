@@ -15,13 +15,13 @@ import dns.exception
 import dns.name
 
 from splitdns import corefile
-from splitdns.directives import bind, cache, forward, logging, operations
+from splitdns.directives import bind, cache, forward, logging, openvpn, operations
 from splitdns.errors import ConfigError, Location
 
 DEFAULT_PORT = 53
 
-SUPPORTED = ("bind", "cache", "errors", "forward", "health", "log", "loop", "prometheus", "ready",
-             "reload")
+SUPPORTED = ("bind", "cache", "errors", "forward", "health", "log", "loop", "openvpn", "prometheus",
+             "ready", "reload")
 # Directives CoreDNS has that we deliberately do not: named in the error so the user
 # knows the Corefile is fine for CoreDNS but not for us.
 COREDNS_ONLY = (
@@ -32,8 +32,9 @@ COREDNS_ONLY = (
     "template", "timeouts", "tls", "trace", "transfer", "tsig", "view", "whoami",
 )
 # CoreDNS runs plugins in a compiled order, not in file order (plugin.cfg); so do we.
-ORDER = ("reload", "bind", "ready", "health", "prometheus", "errors", "log", "cache", "loop", "forward")
-ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready")
+ORDER = ("reload", "bind", "ready", "health", "prometheus", "errors", "log", "cache", "loop", "openvpn",
+         "forward")
+ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready", "openvpn")
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Block:
     prometheus: operations.Endpoint | None = None
     reload: operations.ReloadSpec | None = None
     loop: bool = False
+    openvpn: openvpn.OpenVPNSpec | None = None
 
     @property
     def name(self) -> str:
@@ -156,6 +158,17 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
             values["reload"] = operations.parse_reload(st)
         elif name == "loop":
             values["loop"] = operations.parse_loop(st)
+        elif name == "openvpn":
+            values["openvpn"] = openvpn.parse(st)
+    if "openvpn" in values and not forwards:
+        # The tunnel zone's default: fail fast, since a dead tunnel should not cost a timeout.
+        forwards.append(forward.ForwardSpec(origin=".", upstreams=(), tunnel=True, max_fails=1,
+                                            failfast_all_unhealthy=True, policy="sequential",
+                                            line=str(seen["openvpn"].where)))
+    for spec in forwards:
+        if spec.tunnel and "openvpn" not in values:
+            raise ConfigError(None, f"{spec.line}: forward {spec.origin} openvpn needs an `openvpn` "
+                                    "directive in the same block, to say where the tunnel state is")
     return Block(zones=tuple(dict.fromkeys(zones)), port=ports.pop(), where=sb.where,
                  forwards=tuple(forwards), **values)  # type: ignore[arg-type]
 
@@ -244,11 +257,12 @@ def _check_self_forward(config: Config) -> None:
     for block in config.blocks:
         for spec in block.forwards:
             for up in spec.upstreams:
-                if _is_ours(up.host, up.port, ours):
+                if is_ours(up.host, up.port, ours):
                     raise ConfigError(None, _self_forward_message(spec, up, block))
 
 
-def _is_ours(host: str, port: int, ours: set[tuple[str, int]]) -> bool:
+def is_ours(host: str, port: int, ours: set[tuple[str, int]]) -> bool:
+    """Whether host:port is one of our own listeners (a wildcard listener owns loopback)."""
     ip = ipaddress.ip_address(host)
     for lhost, lport in ours:
         if lport != port:

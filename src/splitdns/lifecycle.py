@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import random
@@ -27,9 +28,12 @@ import dns.rcode
 import dns.rdatatype
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from splitdns import config, corefile, http, logs, metrics, resolve
+from splitdns import config, corefile, http, logs, metrics, openvpn, resolve
+from splitdns.directives.forward import Upstream
+from splitdns.directives.openvpn import OpenVPNSpec
 from splitdns.errors import ConfigError
 from splitdns.server import Server, upstream_budget
+from splitdns.tunnel import TunnelState
 
 PROBE_INTERVAL = 1.0
 LOOP_PROBE_ATTEMPTS = 30  # CoreDNS: every second for up to 30 s until one exchange succeeds
@@ -56,6 +60,7 @@ class Runtime:
     _http: list[asyncio.Server] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _reload_now: asyncio.Event = field(default_factory=asyncio.Event)
+    _watchers: dict[OpenVPNSpec, tuple[openvpn.Watcher, asyncio.Task[None]]] = field(default_factory=dict)
 
     # -- start and stop ------------------------------------------------------------------------
 
@@ -68,6 +73,7 @@ class Runtime:
         except OSError:
             self.server.close()
             raise
+        self._follow_tunnels()
         self._probe_zones()
         if self.path is not None and self.server.config.reload is not None:
             self._spawn(self._watch_corefile())
@@ -90,6 +96,8 @@ class Runtime:
             logs.info(f"lameduck: still answering for {health.lameduck:g}s")
             await asyncio.sleep(health.lameduck)
         for task in self._tasks:
+            task.cancel()
+        for _, task in self._watchers.values():
             task.cancel()
         await self.server.drain(upstream_budget(self.server.config))
         for srv in self._http:
@@ -246,8 +254,46 @@ class Runtime:
         self.version, self.failed_version = version, ""
         self.process.reload_hash = version
         logs.info(f"plugin/reload: Running configuration SHA512 = {version}")
+        self._follow_tunnels()
         self._probe_zones()
         return True
+
+    # -- the tunnel ----------------------------------------------------------------------------
+
+    def _follow_tunnels(self) -> None:
+        """One watcher per `openvpn` spec; zones that share a spec share its state."""
+        specs = {z.block.openvpn for z in self.server.zones.values() if z.block.openvpn}
+        for spec in set(self._watchers) - specs:
+            self._watchers.pop(spec)[1].cancel()
+        for spec in specs:
+            if spec not in self._watchers:
+                watcher = openvpn.Watcher(spec, functools.partial(self._tunnel_changed, spec))
+                self._watchers[spec] = (watcher, asyncio.ensure_future(watcher.run()))
+            self._tunnel_changed(spec, self._watchers[spec][0].state)
+
+    def _tunnel_changed(self, spec: OpenVPNSpec, state: TunnelState) -> None:
+        for zone in self.server.zones.values():
+            if zone.block.openvpn != spec:
+                continue
+            zone.tunnel = state
+            ups = [Upstream(host, port, "pushed by the VPN server") for host, port in state.pushed.servers]
+            changed = any(f.set_upstreams(ups) for f in zone.forwards if f.spec.tunnel)
+            if changed and ups:
+                self._guard_pushed(zone, ups)
+
+    def _guard_pushed(self, zone: resolve.Zone, ups: list[Upstream]) -> None:
+        """A pushed server that is this very server is a loop; say so at once, then probe."""
+        ours = set(self.server.config.listeners())
+        mine = [u for u in ups if config.is_ours(u.host, u.port, ours)]
+        if mine:
+            zone.loop_error = (f"forwarding loop: the VPN server pushed {mine[0]} as DNS server for "
+                               f"{zone.name}, which is this server itself")
+            zone.stats.loops_detected += 1
+            logs.error(f"plugin/loop: {zone.loop_error}")
+        else:
+            zone.loop_error = None
+            if zone.block.loop:
+                self.check_loops(zone)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         task = asyncio.ensure_future(coro)

@@ -51,6 +51,7 @@ from splitdns.cache import Cache, Entry
 from splitdns.config import Block
 from splitdns.directives.forward import ForwardSpec, Upstream
 from splitdns.metrics import ZoneStats
+from splitdns.tunnel import TunnelState
 
 # Extended DNS Error codes (RFC 8914) we use.
 EDE_NETWORK_ERROR = 23
@@ -119,6 +120,21 @@ class ForwardState:
     def of(cls, spec: ForwardSpec) -> ForwardState:
         return cls(spec, [UpstreamState(u) for u in spec.upstreams], name_to_wire(spec.origin),
                    tuple(name_to_wire(e) for e in spec.excepts))
+
+    def attempts(self) -> int:
+        """CoreDNS's max_connect_attempts: by default twice the (current) number of upstreams."""
+        if self.spec.max_connect_attempts is None:
+            return 2 * len(self.upstreams)
+        return self.spec.max_connect_attempts or 10_000
+
+    def set_upstreams(self, upstreams: Iterable[Upstream]) -> bool:
+        """New upstreams (pushed by the VPN server); health carries over for the ones kept.
+        True if the set changed."""
+        old = {state.upstream: state for state in self.upstreams}
+        new = [old.get(u) or UpstreamState(u) for u in upstreams]
+        changed = [s.upstream for s in new] != [s.upstream for s in self.upstreams]
+        self.upstreams = new
+        return changed
 
     def covers(self, name: bytes) -> bool:
         if not is_subdomain(name, self.origin):
@@ -203,7 +219,7 @@ class Exchange:
 
     def _next(self, now: float) -> Send | Done:
         spec = self.fwd.spec
-        if now >= self.deadline or self.attempts >= spec.attempts:
+        if now >= self.deadline or self.attempts >= self.fwd.attempts() or not self.order:
             if self.last_reply is not None:
                 return self.last_reply
             return Done(error=self.last_error,
@@ -239,6 +255,7 @@ class Zone:
         self.ready = False           # latched once the zone answered through its upstreams
         self.not_ready_reason = "no probe has been answered yet"
         self.loop_error: str | None = None  # set while a forwarding loop is detected
+        self.tunnel: TunnelState | None = TunnelState() if block.openvpn else None
 
     @property
     def name(self) -> str:
@@ -248,6 +265,8 @@ class Zone:
         """The zone's live state, for /ready?zone=: a loop, or every upstream marked down."""
         if self.loop_error:
             return False, self.loop_error
+        if self.tunnel is not None and not self.tunnel.up:
+            return False, self.tunnel.describe()
         if not self.ready:
             return False, self.not_ready_reason
         for fwd in self.forwards:
@@ -266,6 +285,17 @@ class Zone:
         if self.cache is None or done.reply is None or done.msg is None:
             return None
         return self.cache.put(q.key, q.name, done.reply, done.msg, now)
+
+    def tunnel_down(self, q: wire.Query, now: float) -> bytes | None:
+        """While the tunnel is not up, the answer at once: stale if allowed, else SERVFAIL
+        with an Extended DNS Error saying why. None when the tunnel is up (or no tunnel)."""
+        if self.tunnel is None or self.tunnel.up:
+            return None
+        stale = self.stale(q, now)
+        if stale is not None:
+            self.stats.served_stale += 1
+            return stale
+        return wire.error_reply(q, dns.rcode.SERVFAIL, (EDE_NO_REACHABLE_AUTHORITY, self.tunnel.describe()))
 
     def stale(self, q: wire.Query, now: float) -> bytes | None:
         """An expired answer still inside the serve_stale window, with RFC 8767's 30 s TTL."""

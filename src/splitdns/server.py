@@ -260,6 +260,10 @@ class Server:
         if fwd is None:
             self._log_error(zone.block, q, dns.rcode.SERVFAIL, "no next plugin found")
             return wire.error_reply(q, dns.rcode.SERVFAIL), zone
+        if fwd.spec.tunnel:
+            down = zone.tunnel_down(q, now)
+            if down is not None:
+                return down, zone
         stale = zone.stale(q, now)
         if stale is not None and zone.stale_first:
             zone.stats.served_stale += 1

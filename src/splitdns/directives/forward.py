@@ -17,8 +17,9 @@ Syntax (CoreDNS's, minus TLS, DoH and hostnames):
         expire DURATION
     }
 
-TO is `IP`, `IP:PORT`, `[IPv6]:PORT`, `dns://` before any of them, or the path of a
-resolv.conf file whose `nameserver` lines are read once, at load.
+TO is `IP`, `IP:PORT`, `[IPv6]:PORT`, `dns://` before any of them, the path of a
+resolv.conf file whose `nameserver` lines are read once, at load, or `openvpn`: the
+servers the VPN server pushes (the block needs an `openvpn` directive).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ class ForwardSpec:
     origin: str                       # FROM, normalised
     upstreams: tuple[Upstream, ...]
     files: tuple[str, ...] = ()       # resolv.conf paths named as TO, as written
+    tunnel: bool = False              # TO is `openvpn`: the servers the VPN pushes, at run time
     excepts: tuple[str, ...] = ()
     policy: str = "random"
     max_fails: int = 2
@@ -75,12 +77,6 @@ class ForwardSpec:
     expire: float = 10.0
     line: str = ""                    # file:line, for messages
 
-    @property
-    def attempts(self) -> int:
-        if self.max_connect_attempts is None:
-            return 2 * len(self.upstreams)
-        return self.max_connect_attempts or 10_000
-
 
 def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
     """The spec of one `forward` line. With read_files False (linting a Corefile meant for
@@ -89,7 +85,11 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
     origin = _args.zone(st, st.args[0], "forward FROM")
     upstreams: list[Upstream] = []
     files: list[str] = []
+    tunnel = False
     for text in st.args[1:]:
+        if text == "openvpn":
+            tunnel = True
+            continue
         if _is_file_target(text):
             files.append(text)
             if not read_files:
@@ -99,7 +99,9 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
                 upstreams.append(up)
     if len(upstreams) > MAX_UPSTREAMS:
         raise ConfigError(st.where, f"forward: more than {MAX_UPSTREAMS} upstreams")
-    options: dict[str, object] = {"line": str(st.where), "files": tuple(files)}
+    if tunnel and (upstreams or files):
+        raise ConfigError(st.where, "forward: `openvpn` cannot be mixed with fixed upstreams")
+    options: dict[str, object] = {"line": str(st.where), "files": tuple(files), "tunnel": tunnel}
     for opt in st.body or ():
         _option(opt, options)
     return ForwardSpec(origin=origin, upstreams=tuple(upstreams), **options)  # type: ignore[arg-type]

@@ -1,0 +1,67 @@
+"""`openvpn`: the zone's upstreams are the DNS servers the VPN server pushes, learned at run time.
+
+Syntax:
+
+    openvpn {
+        management ADDRESS|PATH [PASSWORD_FILE]   the client's --management (TCP or unix socket)
+        state PATH                                the file `splitdns openvpn-hook` writes
+        domains                                   also own the domains the server pushes
+    }
+
+A block with `openvpn` and no `forward` forwards everything to the pushed servers, failing
+fast: `failfast_all_unhealthy_upstreams`, `max_fails 1`. `forward FROM openvpn { ... }`
+does the same with the options you choose.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from splitdns.corefile import Statement
+from splitdns.directives import _args
+from splitdns.errors import ConfigError
+
+USAGE = "openvpn { management ADDRESS|PATH [PASSWORD_FILE]; state PATH; domains }"
+
+
+@dataclass(frozen=True)
+class OpenVPNSpec:
+    management: str | None = None       # "host:port" or a unix socket path
+    password_file: str | None = None
+    state_file: str | None = None
+    domains: bool = False
+
+    @property
+    def management_tcp(self) -> tuple[str, int] | None:
+        if self.management is None or self.management.startswith("/"):
+            return None
+        host, _, port = self.management.rpartition(":")
+        return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def parse(st: Statement) -> OpenVPNSpec:
+    _args.arity(st, 0, 0, USAGE)
+    values: dict[str, object] = {}
+    for opt in st.body or ():
+        if opt.name == "management":
+            _args.arity(opt, 1, 2, "management ADDRESS|PATH [PASSWORD_FILE]")
+            target = opt.args[0]
+            if not target.startswith("/"):
+                _, sep, port = target.rpartition(":")
+                if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+                    raise ConfigError(opt.where, f"management: {target!r} is neither HOST:PORT nor an "
+                                                 "absolute unix socket path")
+            values["management"] = target
+            if len(opt.args) > 1:
+                values["password_file"] = opt.args[1]
+        elif opt.name == "state":
+            _args.arity(opt, 1, 1, "state PATH")
+            values["state_file"] = opt.args[0]
+        elif opt.name == "domains":
+            _args.arity(opt, 0, 0, "domains")
+            values["domains"] = True
+        else:
+            raise _args.unknown_option(opt, "openvpn", ("management", "state", "domains"))
+    if "management" not in values and "state_file" not in values:
+        raise ConfigError(st.where, f"openvpn: say where the tunnel's state comes from; usage: {USAGE}")
+    return OpenVPNSpec(**values)  # type: ignore[arg-type]
