@@ -105,3 +105,13 @@ def test_serve_stale_keeps_expired_entries_for_the_window() -> None:
     assert cache.get(q.key, 31.0) is None
     assert cache.get_stale(q.key, 31.0) is entry and entry.remaining(31.0) == 0
     assert cache.get_stale(q.key, 3631.0) is None
+
+
+def test_cache_memory_budget_evicts_before_capacity() -> None:
+    big = [f'many.example.org. 60 IN TXT "{"x" * 200}"' for _ in range(5)]
+    cache = Cache(CacheSpec(), max_bytes=20_000)
+    for i in range(50):
+        client = query(f"n{i}.example.org.", "TXT")
+        records = [r.replace("many", f"n{i}") for r in big]
+        put(cache, reply(client, *records), client)
+    assert cache.bytes <= 20_000 and 0 < len(cache) < 50 and cache.evictions == 50 - len(cache)

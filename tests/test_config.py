@@ -165,3 +165,12 @@ def test_cache_options() -> None:
 def test_bind_listens_where_asked() -> None:
     cfg = load(". {\n bind 127.0.0.2 ::1\n forward . 192.0.2.1\n}\n")
     assert set(cfg.listeners()) == {("127.0.0.2", 53), ("::1", 53)}
+
+
+def test_limits_have_defaults_and_can_be_set() -> None:
+    assert load(". {\n forward . 192.0.2.1\n}\n").limits.pending == 1000
+    cfg = load(". {\n limits {\n  pending 10\n  tcp_buffer 16KiB\n  cache_memory 8MB\n }\n"
+               " forward . 192.0.2.1\n}\n")
+    assert (cfg.limits.pending, cfg.limits.tcp_buffer, cfg.limits.cache_memory) == (10, 16384, 8_000_000)
+    with pytest.raises(ConfigError, match="Corefile:3: cache_memory: 'lots' is not a size"):
+        load(". {\n limits {\n  cache_memory lots\n }\n}\n")

@@ -38,9 +38,14 @@ class Entry:
         return max(0, int(self.ttl - int(now - self.stored)))
 
 
+ENTRY_OVERHEAD = 400  # bytes per entry beyond the reply itself: key, Entry, dict slot (measured)
+
+
 class Cache:
-    def __init__(self, spec: CacheSpec) -> None:
+    def __init__(self, spec: CacheSpec, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.spec = spec
+        self.max_bytes = max_bytes
+        self.bytes = 0
         self._success: OrderedDict[bytes, Entry] = OrderedDict()
         self._denial: OrderedDict[bytes, Entry] = OrderedDict()
         self.evictions = 0
@@ -81,13 +86,22 @@ class Cache:
         entry = Entry(indexed[0], indexed[1], kind, ttl, now, stale)
         table = self._denial if kind != SUCCESS else self._success
         capacity = self.spec.denial_capacity if kind != SUCCESS else self.spec.success_capacity
-        table.pop(key, None)
-        (self._success if table is self._denial else self._denial).pop(key, None)
+        for old_table in (self._success, self._denial):
+            old = old_table.pop(key, None)
+            if old is not None:
+                self.bytes -= _cost(key, old)
         table[key] = entry
+        self.bytes += _cost(key, entry)
         while len(table) > capacity:
-            table.popitem(last=False)  # O(1); `del d[next(iter(d))]` is O(n) on a dict
-            self.evictions += 1
+            self._evict(table)
+        while self.bytes > self.max_bytes and (self._success or self._denial):
+            self._evict(self._success if len(self._success) >= len(self._denial) else self._denial)
         return entry
+
+    def _evict(self, table: OrderedDict[bytes, Entry]) -> None:
+        key, entry = table.popitem(last=False)  # O(1); `del d[next(iter(d))]` is O(n) on a dict
+        self.bytes -= _cost(key, entry)
+        self.evictions += 1
 
     def _covers(self, name: bytes) -> bool:
         if not self.spec.zones:
@@ -113,7 +127,12 @@ class Cache:
         return None, 0
 
     def _forget(self, key: bytes, entry: Entry) -> None:
-        (self._success if entry.kind == SUCCESS else self._denial).pop(key, None)
+        if (self._success if entry.kind == SUCCESS else self._denial).pop(key, None) is not None:
+            self.bytes -= _cost(key, entry)
+
+
+def _cost(key: bytes, entry: Entry) -> int:
+    return len(key) + len(entry.wire) + ENTRY_OVERHEAD
 
 
 def _clamp(ttl: int, low: int, high: int) -> int:

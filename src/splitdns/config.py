@@ -15,13 +15,13 @@ import dns.exception
 import dns.name
 
 from splitdns import corefile
-from splitdns.directives import bind, cache, forward, logging, openvpn, operations
+from splitdns.directives import bind, cache, forward, limits, logging, openvpn, operations
 from splitdns.errors import ConfigError, Location
 
 DEFAULT_PORT = 53
 
-SUPPORTED = ("bind", "cache", "errors", "forward", "health", "log", "loop", "openvpn", "prometheus",
-             "ready", "reload")
+SUPPORTED = ("bind", "cache", "errors", "forward", "health", "limits", "log", "loop", "openvpn",
+             "prometheus", "ready", "reload")
 # Directives CoreDNS has that we deliberately do not: named in the error so the user
 # knows the Corefile is fine for CoreDNS but not for us.
 COREDNS_ONLY = (
@@ -32,9 +32,10 @@ COREDNS_ONLY = (
     "template", "timeouts", "tls", "trace", "transfer", "tsig", "view", "whoami",
 )
 # CoreDNS runs plugins in a compiled order, not in file order (plugin.cfg); so do we.
-ORDER = ("reload", "bind", "ready", "health", "prometheus", "errors", "log", "cache", "loop", "openvpn",
-         "forward")
-ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready", "openvpn")
+ORDER = ("reload", "bind", "limits", "ready", "health", "prometheus", "errors", "log", "cache", "loop",
+         "openvpn", "forward")
+ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready", "openvpn",
+        "limits")
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,7 @@ class Block:
     reload: operations.ReloadSpec | None = None
     loop: bool = False
     openvpn: openvpn.OpenVPNSpec | None = None
+    limits: limits.Limits | None = None
 
     @property
     def name(self) -> str:
@@ -75,6 +77,11 @@ class Config:
     @property
     def ready(self) -> operations.Endpoint | None:
         return next((b.ready.endpoint for b in self.blocks if b.ready), None)
+
+    @property
+    def limits(self) -> limits.Limits:
+        """Process-wide: the first block's `limits`, else the defaults."""
+        return next((b.limits for b in self.blocks if b.limits), limits.Limits())
 
     @property
     def reload(self) -> operations.ReloadSpec | None:
@@ -160,6 +167,8 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
             values["loop"] = operations.parse_loop(st)
         elif name == "openvpn":
             values["openvpn"] = openvpn.parse(st)
+        elif name == "limits":
+            values["limits"] = limits.parse(st)
     if "openvpn" in values and not forwards:
         # The tunnel zone's default: fail fast, since a dead tunnel should not cost a timeout.
         forwards.append(forward.ForwardSpec(origin=".", upstreams=(), tunnel=True, max_fails=1,

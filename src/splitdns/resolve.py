@@ -247,9 +247,12 @@ class Exchange:
 class Zone:
     """A server block at run time: its cache and forwards, and how replies are rendered."""
 
-    def __init__(self, block: Block, cache: Cache | None = None) -> None:
+    def __init__(self, block: Block, cache: Cache | None = None, cache_bytes: int = 64 * 1024 * 1024) -> None:
         self.block = block
-        self.cache = cache if cache is not None else (Cache(block.cache) if block.cache else None)
+        if cache is None and block.cache is not None:
+            cache = Cache(block.cache, cache_bytes)
+        self.cache = cache
+        self.pending = 0  # upstream exchanges in flight (identical queries count once)
         self.forwards = [ForwardState.of(spec) for spec in block.forwards]
         self.stats = ZoneStats()
         self.ready = False           # latched once the zone answered through its upstreams

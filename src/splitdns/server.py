@@ -26,10 +26,8 @@ from splitdns import logs, metrics, queries, resolve, upstream, wire
 from splitdns.cache import Entry
 from splitdns.config import Block, Config
 
-TCP_IDLE_TIMEOUT = 10.0      # CoreDNS: idle 10 s, read 3 s; miekg/dns: 128 queries a connection
+TCP_IDLE_TIMEOUT = 10.0      # CoreDNS: idle 10 s, read 3 s
 TCP_READ_TIMEOUT = 3.0
-TCP_QUERIES_PER_CONNECTION = 128
-TCP_MAX_CONNECTIONS = 256
 UDP_READS_PER_WAKEUP = 64
 PROBE_TIMEOUT = 1.0
 
@@ -68,7 +66,8 @@ class Server:
     internal_errors: int = 0
 
     async def start(self) -> None:
-        self.zones = {block: resolve.Zone(block) for block in self.config.blocks}
+        self.zones = {block: resolve.Zone(block, cache_bytes=self.config.limits.cache_memory)
+                      for block in self.config.blocks}
         await self._listen(self.config, {})
 
     async def _listen(self, config: Config, keep: dict[tuple[str, int], Listener]) -> None:
@@ -102,7 +101,8 @@ class Server:
         old_config, old_zones = self.config, self.zones
         old_listeners = {(li.host, li.port): li for li in self.listeners}
         caches = {(b.zones, b.port, b.cache): z.cache for b, z in old_zones.items() if z.cache}
-        self.zones = {b: old_zones.get(b) or resolve.Zone(b, caches.get((b.zones, b.port, b.cache)))
+        self.zones = {b: old_zones.get(b) or resolve.Zone(b, caches.get((b.zones, b.port, b.cache)),
+                                                         config.limits.cache_memory)
                       for b in config.blocks}
         try:
             await self._listen(config, dict(old_listeners))
@@ -315,10 +315,15 @@ class Server:
         pending = self._inflight.get(key)
         if pending is not None:
             return await asyncio.shield(pending)
+        if zone.pending >= self.config.limits.pending:
+            # A dead upstream must not let one zone hold unbounded memory: refuse at once.
+            return resolve.Done(rcode=dns.rcode.REFUSED, error=f"more than {zone.pending} queries "
+                                "pending upstream in this zone (limits pending)"), None
         future: asyncio.Future[tuple[resolve.Done, Entry | None]] = \
             asyncio.get_running_loop().create_future()
         self._inflight[key] = future
         fwd.inflight += 1
+        zone.pending += 1
         try:
             done = await self._exchange(zone, fwd, q)
             entry = zone.store(q, done, self.clock())
@@ -329,6 +334,7 @@ class Server:
             raise
         finally:
             fwd.inflight -= 1
+            zone.pending -= 1
             del self._inflight[key]
         return done, entry
 
@@ -386,14 +392,15 @@ class Server:
 
     async def _tcp_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
                           listener: Listener) -> None:
-        if self._tcp_connections >= TCP_MAX_CONNECTIONS:
+        limits = self.config.limits
+        if self._tcp_connections >= limits.tcp_connections:
             writer.close()
             return
         self._tcp_connections += 1
         pending: set[asyncio.Task[None]] = set()
         peer = writer.get_extra_info("peername") or ("?", 0)
         try:
-            for count in range(TCP_QUERIES_PER_CONNECTION):
+            for count in range(limits.tcp_queries):
                 try:
                     async with asyncio.timeout(TCP_IDLE_TIMEOUT if count else TCP_READ_TIMEOUT):
                         header = await reader.readexactly(2)
@@ -426,6 +433,8 @@ class Server:
         if writer.is_closing():
             return
         writer.write(struct.pack("!H", len(out)) + out)
+        if writer.transport.get_write_buffer_size() > self.config.limits.tcp_buffer:
+            writer.transport.abort()  # a client that does not read must not grow our memory
         self._account(zone, q, peer, "tcp", listener.family, size, out, start)
 
     # -- logging -----------------------------------------------------------------------------
