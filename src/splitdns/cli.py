@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from splitdns import __version__
-from splitdns.commands import demo, serve
+from splitdns.commands import check, demo, explain, openvpn_hook, render, serve, verify
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -39,13 +39,165 @@ def _parser() -> argparse.ArgumentParser:
                    help="Port on 127.0.0.1 (default 53; falls back to 5300 if 53 is taken).")
     p.set_defaults(run=lambda a: demo.run(a.port))
 
-    p = commands.add_parser(
-        "check", help="Load a Corefile and report the first error, with file and line.",
-        description="Load a Corefile the way serve would and report errors as FILE:LINE: "
-                    "message. Exit codes: 0 fine, 2 the Corefile has an error.")
-    p.add_argument("files", nargs="+", metavar="COREFILE")
-    p.set_defaults(run=lambda a: serve.check(a.files))
+    _add_check(commands)
+    _add_render(commands)
+    _add_explain(commands)
+    _add_openvpn_hook(commands)
+    _add_verify(commands)
     return parser
+
+
+def _add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "check", help="Lint Corefiles, Kubernetes YAML and OpenVPN client configs together.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Read Corefiles, Kubernetes YAML (Pod, Deployment, StatefulSet, DaemonSet, Job, "
+                    "CronJob, ConfigMap holding a Corefile) and OpenVPN client configs together, and "
+                    "report what would break the pod's DNS, one finding per line as "
+                    "FILE:LINE: CODE SEVERITY MESSAGE, each followed by why it matters and the fix. "
+                    "A Corefile the resolver would refuse is reported as FILE:LINE: SD100 error MESSAGE.",
+        epilog="exit codes:\n  0  no finding (or only info)\n  1  warnings, no error\n"
+               "  2  at least one error (also: a bad --kube-version or command line)")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("--resolver", choices=("auto", "splitdns", "coredns"), default="auto",
+                   help="The resolver the Corefiles are for; auto (default) takes it from the DNS "
+                        "container's image, else splitdns. Cluster-wide Corefiles are always CoreDNS's.")
+    p.add_argument("--kube-version", metavar="MAJOR.MINOR",
+                   help="Also validate the manifests, offline and strictly (unknown fields fail), "
+                        "against this Kubernetes version's schema, for example 1.33.")
+    p.add_argument("--format", choices=("text", "json"), default="text", dest="output",
+                   help="text (default) or json: a list of {file, line, code, severity, message, why, fix}.")
+    p.add_argument("--brief", action="store_true",
+                   help="Text output without the why and fix lines.")
+    p.set_defaults(run=lambda a: check.run(a.files, a.resolver, a.kube_version, a.output, not a.brief))
+
+
+def _add_render(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "render", help="Write the Kubernetes manifests for the in-pod resolver.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Write what a user applies: the ConfigMap holding the Corefile and the pod-spec "
+                    "changes (dnsPolicy None, nameserver 127.0.0.1, the namespace's search list), "
+                    "with the DNS container as a native sidecar. --form deployment (default) gives a "
+                    "full example Deployment (app, vpn, dns); --form component a kustomize Component "
+                    "that adds the DNS part to an existing Deployment. --cluster-wide writes instead "
+                    "the server block to add to the cluster's CoreDNS, for the private zones only.",
+        epilog="exit codes:\n  0  written\n  1  the kube-dns Service could not be read\n"
+               "  2  the inputs are incomplete or wrong (the message says what to add)")
+    p.add_argument("--zone", action="append", default=[], dest="zones", metavar="ZONE=UPSTREAM[,UPSTREAM]",
+                   help="A zone and its upstream addresses, or ZONE=openvpn for the DNS the VPN "
+                        "pushes, learned at run time. Repeat for each zone.")
+    p.add_argument("--corefile", metavar="FILE", help="Take zones and upstreams from an existing Corefile.")
+    cluster = p.add_mutually_exclusive_group()
+    cluster.add_argument("--cluster-dns", metavar="IP",
+                         help="The cluster DNS address (kubectl -n kube-system get svc kube-dns).")
+    cluster.add_argument("--cluster-dns-from-cluster", action="store_true", dest="from_cluster",
+                         help="Read it from the kube-dns Service in kube-system, through --kubeconfig, "
+                              "in-cluster credentials, $KUBECONFIG or ~/.kube/config.")
+    p.add_argument("--kubeconfig", metavar="FILE", help="The kubeconfig to read the cluster DNS with.")
+    p.add_argument("--context", help="The kubeconfig context (default: the current one).")
+    p.add_argument("--probe", action="append", default=[], dest="probes", metavar="ZONE=NAME",
+                   help="The name the readiness of ZONE asks (default: the zone's apex; "
+                        "kubernetes.default.svc.CLUSTER_DOMAIN for the cluster zone).")
+    p.add_argument("--namespace", default="default", help="The pod's namespace, for its search list.")
+    p.add_argument("--cluster-domain", default="cluster.local", help="The cluster domain.")
+    p.add_argument("--ndots", type=int, default=5, help="The ndots option (default 5, as the cluster).")
+    p.add_argument("--resolver", choices=("splitdns", "coredns"), default="splitdns",
+                   help="The DNS container: our image (default) or the CoreDNS image.")
+    p.add_argument("--sidecar", choices=("native", "classic"), default="native",
+                   help="native (default; initContainers with restartPolicy Always, Kubernetes >= 1.29) "
+                        "or classic (a regular container).")
+    form = p.add_mutually_exclusive_group()
+    form.add_argument("--form", choices=("deployment", "component"), default="deployment",
+                      help="deployment (default): a full example; component: a kustomize Component.")
+    form.add_argument("--cluster-wide", action="store_const", const="cluster-wide", dest="form",
+                      help="The server block to add to kube-system/coredns instead (not recommended).")
+    p.add_argument("--name", default="app", help="The Deployment's name (default app).")
+    p.add_argument("--image", default="ghcr.io/splitdns/splitdns:0.1.0", help="The splitdns image.")
+    p.add_argument("--coredns-image", default="coredns/coredns:1.12.1", help="The CoreDNS image.")
+    p.add_argument("--app-image", default="your-app-image", help="The app image of the full example.")
+    p.add_argument("--vpn-image", default="your-openvpn-client-image",
+                   help="The OpenVPN client image of the full example.")
+    p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
+                   help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
+    p.add_argument("--output-dir", metavar="DIR", help="Write the files into DIR instead of stdout.")
+
+    def run(a: argparse.Namespace) -> int:
+        fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
+        return render.run(render.Request(**fields))
+
+    p.set_defaults(run=run)
+
+
+def _add_explain(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "explain", help="Say which block, forward and upstreams answer a name, and why.",
+        description="Say which server block answers NAME, which forward and upstreams, and why (a zone "
+                    "owns a name only when it is the name's last whole labels), also for names no "
+                    "block owns. Exit codes: 0 explained, 2 the Corefile cannot be read or parsed.")
+    p.add_argument("name", metavar="NAME")
+    p.add_argument("-conf", "--conf", dest="conf", default="Corefile",
+                   help="The Corefile (default ./Corefile).")
+    p.add_argument("-dns.port", "--dns-port", dest="port", type=int, default=53,
+                   help="The listener port to explain (default 53).")
+    p.set_defaults(run=lambda a: explain.run(a.name, a.conf, a.port))
+
+
+def _add_openvpn_hook(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "openvpn-hook", help="OpenVPN's --up/--down script: tell splitdns serve what the VPN pushed.",
+        description="Meant to be OpenVPN's --up and --down script (with --script-security 2; give "
+                    "the absolute path, OpenVPN passes no PATH). Reads the pushed DNS servers and "
+                    "domains from OpenVPN's environment (dhcp-option and OpenVPN 2.6 dns options) and "
+                    "writes them, with up or down, atomically to the state file that an `openvpn { "
+                    "state FILE }` block of splitdns serve watches. Exit codes: 0 written, 1 the file "
+                    "could not be written (OpenVPN then stops the connection), 2 not run by OpenVPN "
+                    "as an up or down script.")
+    p.add_argument("--state", required=True, metavar="FILE", help="The state file to write.")
+    p.add_argument("openvpn_args", nargs="*", help=argparse.SUPPRESS)
+    p.set_defaults(run=lambda a: openvpn_hook.run(a.state))
+
+
+def _add_verify(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "verify", help="Check both zones, the pod spec and the TCP path; write an artifact for the ticket.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="Run the seed's verification: ask each name through 127.0.0.1 (and, when it "
+                    "fails, its zone's upstream directly), read the pod's resolv.conf, check the "
+                    "TCP paths, and give one verdict that separates a naming problem from a routing "
+                    "problem. Locally (inside the pod or any network namespace), or in a running pod "
+                    "through kubectl; with --replace, the pod is deleted and the checks run again in "
+                    "its replacement.",
+        epilog="exit codes (one per verdict):\n"
+               "  0  all good\n  1  could not run (bad arguments, kubectl failed)\n"
+               "  2  the resolver is not answering on 127.0.0.1\n  3  naming problem in a zone\n"
+               "  4  the tunnel is down (the resolver says so)\n"
+               "  5  names resolve, connections time out: routing\n"
+               "  6  the pod spec is wrong (worked before the replacement and not after, or the "
+               "pod's resolv.conf does not name only 127.0.0.1)\n"
+               "  7  names resolve, the service refuses connections")
+    p.add_argument("--name", action="append", default=[], dest="names", metavar="NAME",
+                   help="A name to resolve (repeat; default kubernetes.default.svc.cluster.local).")
+    p.add_argument("--tcp", action="append", default=[], metavar="HOST:PORT",
+                   help="A TCP path to try once names resolve, e.g. db.svc.acme.internal:5432.")
+    p.add_argument("-conf", "--conf", dest="conf", help="The Corefile, for the resolver's view of who "
+                   "owns each name (in the pod: /etc/coredns/Corefile).")
+    p.add_argument("--port", type=int, default=53, help="The resolver's port on 127.0.0.1 (default 53).")
+    p.add_argument("--resolv-conf", default="/etc/resolv.conf", help="The resolv.conf to report.")
+    p.add_argument("--out", metavar="PATH", help="Write the artifact as PATH.md and PATH.json "
+                   "(or into the directory PATH/).")
+    p.add_argument("--kubectl", metavar="TARGET", help="Run in a pod instead: deploy/app, pod/NAME, ...")
+    p.add_argument("-n", "--namespace", help="The pod's namespace (cluster mode).")
+    p.add_argument("-c", "--container", help="The container to exec in (cluster mode; it needs splitdns: "
+                   "the dns container has it).")
+    p.add_argument("--replace", action="store_true", help="Cluster mode: delete the pod, wait for its "
+                   "replacement to be ready, and check again.")
+    p.add_argument("--timeout", type=int, default=90, help="Seconds to wait for the replacement.")
+    p.add_argument("--emit-observation", action="store_true", dest="emit", help=argparse.SUPPRESS)
+    p.set_defaults(run=lambda a: verify.run(verify.Options(
+        names=a.names, tcp=a.tcp, port=a.port, conf=a.conf, resolv_conf=a.resolv_conf, out=a.out,
+        emit=a.emit, kubectl=a.kubectl, namespace=a.namespace, container=a.container,
+        replace=a.replace, timeout=a.timeout)))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

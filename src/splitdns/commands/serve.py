@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import sys
 from collections.abc import Coroutine
 
 from splitdns import __version__, config, logs
@@ -12,20 +11,6 @@ from splitdns.lifecycle import Runtime
 from splitdns.server import Server
 
 EXIT_OK, EXIT_START, EXIT_CONFIG = 0, 1, 2
-
-
-def check(paths: list[str]) -> int:
-    code = EXIT_OK
-    for path in paths:
-        try:
-            loaded = config.load(path)
-        except ConfigError as err:
-            print(err, file=sys.stderr)
-            code = EXIT_CONFIG
-        else:
-            print(f"{path}: ok, {len(loaded.blocks)} server block(s): "
-                  + ", ".join(b.name for b in loaded.blocks))
-    return code
 
 
 def run(path: str, port: int) -> int:

@@ -1,0 +1,120 @@
+"""`splitdns explain NAME -conf FILE`: which block answers a name, which `forward` and upstreams, and
+why, with the label-boundary rule spelled out; also for names no block owns.
+
+Routing goes through the resolver's own `Router` and `Zone.forward_for`, so the explanation cannot
+drift from what `serve` does.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import dns.exception
+import dns.name
+
+from splitdns import config
+from splitdns.errors import ConfigError
+from splitdns.kube import corefile_model
+from splitdns.resolve import Router, Zone, name_to_wire
+
+EXIT_OK, EXIT_CONFIG = 0, 2
+
+
+def explain(name: str, path: str, port: int = config.DEFAULT_PORT) -> list[str]:
+    """The explanation as lines; raises ConfigError when the Corefile cannot be read or parsed."""
+    try:
+        qname = dns.name.from_text(name.lower()).to_text()
+    except dns.exception.DNSException as err:
+        raise ConfigError(None, f"{name!r} is not a domain name ({err})") from None
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as err:
+        raise ConfigError(None, f"cannot read Corefile {path}: {err.strerror}") from None
+    model = corefile_model.read(text, path, port)
+    if model.error is not None:
+        raise model.error
+    blocks = [b for b in model.blocks if b.port == port and b.zones]
+    zones = {id(z): (b, z) for b in blocks for z in [Zone(b.to_config_block())]}
+    by_zone = {zone: b for b in blocks for zone in b.zones}
+    wire = name_to_wire(qname)
+    owner = Router(z for _, z in zones.values()).route(wire)
+    lines = []
+    labels = qname.rstrip(".").split(".")
+    tried = [".".join(labels[i:]) + "." for i in range(len(labels))] + ["."] if qname != "." else ["."]
+    if owner is None:
+        lines.append(f"{qname} -> no block on port {port} owns it: the answer is REFUSED")
+    else:
+        block, _ = zones[id(owner)]
+        lines.append(f"{qname} -> block {block.name} ({block.where})")
+    lines.append("  zones tried, longest first; a zone owns a name only if it is the name's last "
+                 "whole labels:")
+    for candidate in tried:
+        b = by_zone.get(candidate)
+        mark = ""
+        if owner is not None and b is not None and b is zones[id(owner)][0]:
+            mark = "   <- owns it"
+        where = f"block {b.name} ({b.where})" if b is not None else "no block"
+        lines.append(f"    {candidate:<40} {where}{mark}")
+    if owner is None:
+        if "." not in by_zone:
+            lines.append("  there is no catch-all `.` block, so a name no zone owns is REFUSED; "
+                         "add `.:53 { forward . CLUSTER_DNS_IP }`")
+    else:
+        lines += _inside(zones[id(owner)][0], owner, wire)
+    lines += _lookalikes(qname, [z for b in blocks for z in b.zones])
+    try:
+        config.loads(text, path, port, read_files=False)
+    except ConfigError as err:
+        lines.append(f"  note: `splitdns serve` would refuse this Corefile as it is: {err}")
+    return lines
+
+
+def _inside(block: corefile_model.Block, zone: Zone, wire: bytes) -> list[str]:
+    if block.tunnel:
+        st = block.directive("openvpn")
+        assert st is not None
+        return [f"  upstreams: the DNS servers the VPN server pushes, learned at run time "
+                f"(openvpn, {st.where})"]
+    fwd = zone.forward_for(wire)
+    if fwd is None:
+        if not block.forwards:
+            return ["  the block has no `forward`: the answer is SERVFAIL (no next plugin)"]
+        return ["  no `forward` of the block covers the name (FROM or `except`): the answer is SERVFAIL"]
+    spec = fwd.spec
+    st = next(f.statement for f in block.forwards if f.spec is spec)
+    ups = [str(u) for u in spec.upstreams] + [f"{f} (resolv.conf, read at start)" for f in spec.files]
+    out = [f"  forward {spec.origin} ({st.where}): the first `forward` of the block whose FROM "
+           "covers the name",
+           f"  upstreams: {', '.join(ups)}; policy {spec.policy}"]
+    if len(block.forwards) > 1:
+        out.append("  several `forward` lines in one block are tried in file order; the first that covers "
+                   "the name wins")
+    return out
+
+
+def _lookalikes(qname: str, zones: list[str]) -> list[str]:
+    """Zones a reader might think own the name, and why they do not."""
+    out = []
+    for zone in zones:
+        if zone == "." or qname.endswith("." + zone) or qname == zone:
+            continue
+        bare = zone.rstrip(".")
+        if qname.rstrip(".").endswith(bare):
+            out.append(f"  note: {zone} does not own {qname}: the name ends with the text {bare} but not "
+                       f"on a label boundary ({qname.rstrip('.')[:-len(bare)]!r} is part of a label)")
+        elif f".{bare}." in f".{qname}":
+            rest = qname.split(bare, 1)[1].strip(".")
+            out.append(f"  note: {zone} does not own {qname}: {bare} appears in the name but is followed by "
+                       f".{rest}, so the name belongs to {rest}., not to {zone}")
+    return out
+
+
+def run(name: str, path: str, port: int = config.DEFAULT_PORT) -> int:
+    try:
+        lines = explain(name, path, port)
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return EXIT_CONFIG
+    print("\n".join(lines))
+    return EXIT_OK

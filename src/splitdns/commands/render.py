@@ -1,0 +1,87 @@
+"""`splitdns render`: the manifests for the in-pod resolver, or the cluster-wide block, on stdout or
+into a directory."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+EXIT_OK, EXIT_CLUSTER, EXIT_INPUT = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Request:
+    zones: list[str] = field(default_factory=list)
+    corefile: str | None = None
+    cluster_dns: str | None = None
+    from_cluster: bool = False
+    kubeconfig: str | None = None
+    context: str | None = None
+    probes: list[str] = field(default_factory=list)
+    namespace: str = "default"
+    cluster_domain: str = "cluster.local"
+    ndots: int = 5
+    resolver: str = "splitdns"
+    sidecar: str = "native"
+    form: str = "deployment"
+    name: str = "app"
+    image: str = "ghcr.io/splitdns/splitdns:0.1.0"
+    coredns_image: str = "coredns/coredns:1.12.1"
+    app_image: str = "your-app-image"
+    vpn_image: str = "your-openvpn-client-image"
+    management: str = "127.0.0.1:7505"
+    output_dir: str | None = None
+
+
+def files(req: Request) -> dict[str, str]:
+    """The rendered files (name -> text); raises PlanError on missing or wrong inputs."""
+    from splitdns.kube import corefile_model, render
+    from splitdns.kube.manifests import Options
+    from splitdns.kube.plan import ClusterDNS, PlanError, build, routes_from_corefile, upstream
+
+    cluster: ClusterDNS | None = None
+    if req.cluster_dns is not None:
+        address = upstream(req.cluster_dns, "cluster DNS")
+        cluster = ClusterDNS(address, f"given: --cluster-dns {req.cluster_dns}")
+    elif req.from_cluster:
+        from splitdns.kube.cluster import read_kube_dns
+
+        cluster = read_kube_dns(req.kubeconfig, req.context)
+    routes = []
+    if req.corefile is not None:
+        try:
+            text = Path(req.corefile).read_text(encoding="utf-8")
+        except OSError as err:
+            raise PlanError(f"cannot read {req.corefile}: {err.strerror}") from None
+        routes = routes_from_corefile(corefile_model.read(text, req.corefile))
+    form = req.form
+    plan = build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
+                 else req.resolver, namespace=req.namespace, cluster_domain=req.cluster_domain,
+                 ndots=req.ndots, management=req.management)
+    opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, app_image=req.app_image,
+                   vpn_image=req.vpn_image, sidecar=req.sidecar)
+    return render.render(plan, opts, form)
+
+
+def run(req: Request) -> int:
+    from splitdns.kube.cluster import ClusterReadError
+    from splitdns.kube.plan import PlanError
+
+    try:
+        out = files(req)
+    except ClusterReadError as err:
+        print(f"splitdns render: {err}", file=sys.stderr)
+        return EXIT_CLUSTER
+    except PlanError as err:
+        print(f"splitdns render: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    if req.output_dir is None:
+        sys.stdout.write("---\n".join(out.values()) if req.form != "cluster-wide" else "".join(out.values()))
+        return EXIT_OK
+    directory = Path(req.output_dir)
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, text in out.items():
+        (directory / name).write_text(text, encoding="utf-8")
+        print(directory / name, file=sys.stderr)
+    return EXIT_OK

@@ -1,0 +1,193 @@
+"""Corefile checks (codes SD1xx): loops, missing catch-all, the tunnel owning too much, zones and
+forwards that do not mean what they look like, bind mix-ups, directives the resolver lacks.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from splitdns import config, corefile
+from splitdns.errors import ConfigError
+from splitdns.kube.corefile_model import Block
+from splitdns.kube.findings import Finding
+from splitdns.kube.sources import CLUSTER, POD, CorefileSource
+from splitdns.resolve import is_subdomain, name_to_wire
+
+# CoreDNS's plugins (plugin.cfg of 1.12), so `--resolver coredns` knows what CoreDNS accepts.
+COREDNS_PLUGINS = frozenset((
+    *config.COREDNS_ONLY, "bind", "bufsize", "cache", "errors", "forward", "health", "log", "loop",
+    "nomad", "on", "prometheus", "ready", "reload",
+))
+_WRITES_CONFIG_ERRORS = ("SD101", "SD109", "SD110")
+
+IsTunnel = Callable[[str], str | None]  # upstream address -> why it is the tunnel, or None
+
+
+@dataclass(frozen=True)
+class PodResolvConf:
+    """What the pod's resolv.conf says, as far as the manifests tell."""
+
+    policy: str
+    nameservers: tuple[str, ...]
+
+    @property
+    def points_at_loopback(self) -> bool:
+        return self.policy == "None" and any(_loopback(ns) for ns in self.nameservers)
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False
+
+
+def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
+          is_tunnel: IsTunnel) -> list[Finding]:
+    model = src.model
+    if model.error is not None:
+        return [Finding(src.file, src.line(model.error.where), "SD100", model.error.message)]
+    out: list[Finding] = []
+
+    def add(where_line: int, code: str, message: str) -> None:
+        out.append(Finding(src.file, where_line, code, message))
+
+    for block in model.blocks:
+        for name, err in block.errors:
+            if resolver == "coredns" and name == "forward":
+                continue  # CoreDNS accepts hostnames, tls:// and more that splitdns refuses
+            add(src.line(err.where), "SD100", err.message)
+    cluster = src.context == CLUSTER
+    effective = "coredns" if cluster else resolver
+    for block in model.blocks:
+        _directives(block, effective, src, add)
+        _forwards(block, src, pods, add, cluster)
+        _tunnel(block, src, is_tunnel, cluster, add)
+    _zones(model.blocks, src, add)
+    _binds(model.blocks, src, add)
+    if src.context == POD and model.blocks and not any(b.is_root for b in model.blocks):
+        add(src.line(model.blocks[0].where), "SD103",
+            "no `.` block: names outside " + ", ".join(z for b in model.blocks for z in b.zones)
+            + " get REFUSED, and this resolver is the pod's only nameserver")
+    if effective == "splitdns" and not any(f.code in _WRITES_CONFIG_ERRORS for f in out):
+        out.extend(_resolver_verdict(src))
+    return out
+
+
+def _resolver_verdict(src: CorefileSource) -> list[Finding]:
+    """Whatever else the resolver itself would refuse (argument errors, duplicate zones...)."""
+    if any(errs for b in src.model.blocks for errs in b.errors):
+        return []
+    try:
+        config.build(list(_server_blocks(src)), src.file, config.DEFAULT_PORT, read_files=False)
+    except ConfigError as err:
+        return [Finding(src.file, src.line(err.where), "SD100", err.message)]
+    return []
+
+
+def _server_blocks(src: CorefileSource) -> Iterator[corefile.ServerBlock]:
+    for block in src.model.blocks:
+        yield corefile.ServerBlock(block.keys, block.statements)
+
+
+Add = Callable[[int, str, str], None]
+
+
+def _directives(block: Block, resolver: str, src: CorefileSource, add: Add) -> None:
+    for st in block.statements:
+        name = st.name
+        if resolver == "coredns":
+            if name not in COREDNS_PLUGINS:
+                what = "splitdns's own directive" if name == "openvpn" else "not a CoreDNS plugin"
+                add(src.line(st.where), "SD110", f"`{name}` is {what}; CoreDNS refuses to start on it")
+        elif name not in config.SUPPORTED:
+            if name in config.COREDNS_ONLY:
+                what = "a CoreDNS plugin that splitdns does not implement"
+            elif name in COREDNS_PLUGINS or name == "openvpn":
+                what = "not supported by this splitdns build"
+            else:
+                what = "not a directive splitdns or CoreDNS knows"
+            add(src.line(st.where), "SD110",
+                f"`{name}` is {what}; it supports: {', '.join(config.SUPPORTED)}")
+
+
+def _forwards(block: Block, src: CorefileSource, pods: list[PodResolvConf], add: Add, cluster: bool) -> None:
+    for i, fwd in enumerate(block.forwards):
+        line = src.line(fwd.statement.where)
+        spec = fwd.spec
+        for path in spec.files if not cluster else ():
+            looping = [p for p in pods if p.points_at_loopback]
+            if looping:
+                add(line, "SD101", f"forward {spec.origin} {path}: the pod has dnsPolicy None with "
+                                   f"nameserver {looping[0].nameservers[0]}, so {path} names this resolver "
+                                   "itself")
+            elif not pods:
+                add(line, "SD102", f"forward {spec.origin} {path}: what the file holds depends on the pod's "
+                                   "dnsPolicy (under None it is 127.0.0.1, this resolver)")
+        for up in spec.upstreams:
+            if _loopback(up.host) and up.port == block.port and block.bind is None:
+                add(line, "SD101", f"forward {spec.origin} {up}: that is this block's own listener")
+        for earlier in block.forwards[:i]:
+            parent = earlier.spec
+            if is_subdomain(name_to_wire(spec.origin), name_to_wire(parent.origin)) and not any(
+                    is_subdomain(name_to_wire(spec.origin), name_to_wire(e)) for e in parent.excepts):
+                add(line, "SD106", f"forward {spec.origin} comes after forward {parent.origin} (line "
+                                   f"{src.line(earlier.statement.where)}), which already covers it: "
+                                   "this line never gets a query")
+                break
+        zones = [name_to_wire(z) for z in block.zones]
+        origin = name_to_wire(spec.origin)
+        if zones and not any(is_subdomain(origin, z) or is_subdomain(z, origin) for z in zones):
+            add(line, "SD108", f"forward {spec.origin} is outside the block's zones "
+                               f"({', '.join(block.zones)}): it never matches")
+
+
+def _tunnel(block: Block, src: CorefileSource, is_tunnel: IsTunnel, cluster: bool, add: Add) -> None:
+    if not block.is_root:
+        return
+    code = "SD105" if cluster else "SD104"
+    scope = "the cluster's CoreDNS sends every pod's lookups" if cluster else "every lookup of the pod goes"
+    if block.tunnel:
+        st = block.directive("openvpn")
+        assert st is not None
+        add(src.line(st.where), code,
+            f"the `.` block takes its upstreams from OpenVPN: {scope} into the tunnel")
+    for fwd in block.forwards:
+        if fwd.spec.origin != ".":
+            continue
+        for up in fwd.spec.upstreams:
+            why = is_tunnel(up.host)
+            if why:
+                add(src.line(fwd.statement.where), code,
+                    f"forward . {up.host}: {why}; {scope} into the tunnel")
+
+
+def _zones(blocks: list[Block], src: CorefileSource, add: Add) -> None:
+    names: list[tuple[str, int]] = []
+    for b in blocks:
+        names += [(z, src.line(b.where)) for z in b.zones]
+        names += [(f.spec.origin, src.line(f.statement.where)) for f in b.forwards]
+    for name, line in names:
+        if name.startswith("*.") or ".*." in name:
+            add(line, "SD107", f"{name}: `*` is a literal label here, not a wildcard; the zone "
+                               f"{name.split('*.', 1)[1]} already covers every name below it")
+    seen = {n for n, _ in names if n != "."}
+    for name, line in names:
+        for other in seen:
+            if name != other and name.endswith(other) and not name.endswith("." + other):
+                add(line, "SD107", f"{name} ends with the text {other} but not on a label boundary: "
+                                   f"{other} does not cover it, it is a zone of its own")
+
+
+def _binds(blocks: list[Block], src: CorefileSource, add: Add) -> None:
+    by_port: dict[int, list[Block]] = {}
+    for b in blocks:
+        by_port.setdefault(b.port, []).append(b)
+    for port, group in by_port.items():
+        if len({b.bind is None for b in group}) > 1:
+            for b in group:
+                if b.bind is None:
+                    add(src.line(b.where), "SD109", f"block {b.name} has no bind while other blocks of "
+                                                    f"port {port} have one")

@@ -1,0 +1,97 @@
+"""A lenient reading of a Corefile for linting and explaining: every block, even with directives the
+resolver would refuse, so one pass can report many problems instead of the first.
+
+Keys, `forward` and `bind` are parsed by the resolver's own code (`config.build`, the directive
+modules) so the linter and the server never disagree on what a line means.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from splitdns import config, corefile
+from splitdns.directives import bind, forward
+from splitdns.errors import ConfigError, Location
+
+# Directives that change what a block listens on or where it sends queries; the rest are only named.
+_TUNNEL = "openvpn"
+
+
+@dataclass(frozen=True)
+class Forward:
+    spec: forward.ForwardSpec
+    statement: corefile.Statement
+
+
+@dataclass(frozen=True)
+class Block:
+    zones: tuple[str, ...]
+    port: int
+    where: Location
+    keys: tuple[corefile.Token, ...]
+    statements: tuple[corefile.Statement, ...]
+    forwards: tuple[Forward, ...] = ()
+    bind: tuple[str, ...] | None = None
+    errors: tuple[tuple[str, ConfigError], ...] = ()  # (what failed: "keys" or a directive, error)
+
+    def directive(self, name: str) -> corefile.Statement | None:
+        return next((st for st in self.statements if st.name == name), None)
+
+    @property
+    def is_root(self) -> bool:
+        return "." in self.zones
+
+    @property
+    def tunnel(self) -> bool:
+        """The block takes its upstreams from the VPN (`openvpn` directive)."""
+        return self.directive(_TUNNEL) is not None
+
+    @property
+    def name(self) -> str:
+        return " ".join(self.zones) + f":{self.port}"
+
+    def to_config_block(self) -> config.Block:
+        """The same block as the resolver's core sees it (routing and forwards only)."""
+        return config.Block(zones=self.zones, port=self.port, where=self.where,
+                            forwards=tuple(f.spec for f in self.forwards),
+                            bind=self.bind or bind.LOOPBACK, explicit_bind=self.bind is not None)
+
+
+@dataclass
+class Model:
+    path: str
+    blocks: list[Block] = field(default_factory=list)
+    error: ConfigError | None = None  # a syntax error: no blocks then
+
+
+def read(text: str, path: str, default_port: int = config.DEFAULT_PORT) -> Model:
+    """Parse without refusing unknown directives; key and argument errors are kept per block."""
+    try:
+        server_blocks = corefile.parse(text, path)
+    except ConfigError as err:
+        return Model(path, error=err)
+    model = Model(path)
+    for sb in server_blocks:
+        model.blocks.append(_block(sb, path, default_port))
+    return model
+
+
+def _block(sb: corefile.ServerBlock, path: str, default_port: int) -> Block:
+    errors: list[tuple[str, ConfigError]] = []
+    try:
+        keyed = config.build([corefile.ServerBlock(sb.keys, ())], path, default_port, read_files=False)
+        zones, port = keyed.blocks[0].zones, keyed.blocks[0].port
+    except ConfigError as err:
+        errors.append(("keys", err))
+        zones, port = (), default_port
+    forwards: list[Forward] = []
+    bound: tuple[str, ...] | None = None
+    for st in sb.directives:
+        try:
+            if st.name == "forward":
+                forwards.append(Forward(forward.parse(st, read_files=False), st))
+            elif st.name == "bind":
+                bound = bind.parse(st)
+        except ConfigError as err:
+            errors.append((st.name, err))
+    return Block(zones, port, sb.where, sb.keys, sb.directives, tuple(forwards), bound, tuple(errors))

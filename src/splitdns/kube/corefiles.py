@@ -1,0 +1,92 @@
+"""Corefile text for a plan: for the in-pod splitdns, for an in-pod CoreDNS, or the cluster-wide block.
+
+Each starts with the ownership record the seed asks for: zone -> owner -> upstream -> source.
+"""
+
+from __future__ import annotations
+
+from splitdns import __version__
+from splitdns.kube.plan import Plan, PlanError, Route
+
+INDENT = "    "
+CACHE_SECONDS = 30
+# CoreDNS listens on every address by default; the in-pod copy must not answer the private zone to
+# other pods through the pod IP, so it binds loopback (splitdns does that without being told).
+COREDNS_BIND = "127.0.0.1"
+
+
+def ownership(plan: Plan, owner: str, routes: tuple[Route, ...] | None = None) -> list[str]:
+    lines = ["Who answers each zone (zone -> owner -> upstream -> where the address came from):"]
+    for r in plan.routes if routes is None else routes:
+        upstream = r.upstream_text() + (f" (management {plan.management})" if r.tunnel else "")
+        lines.append(f"  {r.zone} -> {owner} -> {upstream} -> {r.source}")
+    return lines
+
+
+def _comment(lines: list[str]) -> str:
+    return "".join(f"# {line}".rstrip() + "\n" for line in lines)
+
+
+def in_pod(plan: Plan) -> str:
+    """The Corefile mounted into the DNS container of the pod."""
+    head = [f"Rendered by `splitdns render` (splitdns {__version__}) for the in-pod {plan.resolver}; "
+            "it listens on 127.0.0.1:53 only.", *ownership(plan, plan.owner)]
+    blocks = [_block(plan, r) for r in plan.routes]
+    return _comment(head) + "\n".join(blocks)
+
+
+def _block(plan: Plan, r: Route) -> str:
+    body: list[str] = []
+    coredns = plan.resolver == "coredns"
+    if coredns:
+        body.append(f"bind {COREDNS_BIND}")
+    body += ["errors", f"cache {CACHE_SECONDS}"]
+    if r.tunnel:
+        body += ["openvpn {", f"{INDENT}management {plan.management}", "}"]
+    else:
+        body.append("forward . " + " ".join(r.upstreams))
+    if r.zone == ".":
+        # Process-wide endpoints and checks live in the catch-all block, once.
+        body += ["health", "ready", "reload", "loop"]
+    elif r.probe and not coredns:
+        # Per-zone readiness is ours; CoreDNS's `ready` is process-wide and ignores `forward`.
+        body += ["ready {", f"{INDENT}probe {r.probe}", "}"]
+    return _text(r.zone, body)
+
+
+def _text(zone: str, body: list[str]) -> str:
+    key = "." if zone == "." else zone.rstrip(".")
+    inner = "".join(f"{INDENT}{line}\n" for line in body)
+    return f"{key}:53 {{\n{inner}}}\n"
+
+
+def cluster_wide(plan: Plan) -> str:
+    """The server block(s) to add to kube-system/coredns, for the private zones only, never the root."""
+    private = [r for r in plan.routes if r.zone not in (".", plan.cluster_domain + ".")]
+    if not private:
+        raise PlanError("--cluster-wide renders only private zones; give one with --zone ZONE=IP "
+                        "(never `.`: the cluster's catch-all stays where it is)")
+    for r in private:
+        if r.tunnel:
+            raise PlanError(f"zone {r.zone}: the cluster's CoreDNS cannot learn a pod's tunnel DNS at run "
+                            "time; give the address it must forward to (--zone ZONE=IP)")
+    zones = ", ".join(r.zone for r in private)
+    head = [
+        f"Rendered by `splitdns render --cluster-wide` (splitdns {__version__}).",
+        "Add these server blocks to the Corefile key of the ConfigMap kube-system/coredns",
+        "(kubectl -n kube-system edit configmap coredns), beside the existing `.:53` block, then",
+        "let CoreDNS reload it (its `reload` plugin; allow about two minutes) or restart it.",
+        "",
+        "BLAST RADIUS: this changes DNS for EVERY pod of the cluster. The upstream below becomes the",
+        f"resolver of {zones} for all workloads, and it must be reachable from the CoreDNS pods",
+        "themselves (through a route to the VPN, not through one pod's tunnel). The day that tunnel",
+        "or route is down, the whole cluster loses these names. Needs cluster-admin rights and a",
+        "restart of a Deployment everyone depends on. Restricted to the private zone on purpose:",
+        "never forward `.` there. The in-pod sidecar (`splitdns render`, the default) keeps the",
+        "blast radius to one pod.",
+        "",
+        *ownership(plan, "cluster CoreDNS (kube-system/coredns)", tuple(private)),
+    ]
+    blocks = [_text(r.zone, ["errors", f"cache {CACHE_SECONDS}", "forward . " + " ".join(r.upstreams)])
+              for r in private]
+    return _comment(head) + "\n".join(blocks)

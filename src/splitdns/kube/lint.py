@@ -1,0 +1,140 @@
+"""`splitdns check`: Corefiles, Kubernetes YAML and OpenVPN client configs read together, because the
+DNS of a pod is only right when the three agree.
+
+Which Corefile belongs to which pod: a workload that mounts a ConfigMap by name gets that ConfigMap's
+Corefile; when nothing says, every pod-side Corefile given is taken as the pod's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from splitdns.kube import corefile_lint, pod_lint, schema, sources
+from splitdns.kube.corefile_model import Block, Model
+from splitdns.kube.findings import Finding, ordered
+from splitdns.kube.sources import POD, CorefileSource, Inputs, Workload
+from splitdns.resolve import Router, Zone, name_to_wire
+
+_NOT_PRIVATE = ("cluster.local.", "in-addr.arpa.", "ip6.arpa.")
+
+
+@dataclass(frozen=True)
+class Options:
+    resolver: str = "auto"                      # "auto", "splitdns" or "coredns"
+    kube_version: tuple[int, int] | None = None  # None: no schema validation
+
+
+def check(paths: Sequence[str], opts: Options) -> list[Finding]:
+    inputs = sources.read(list(paths))
+    out = list(inputs.findings)
+    for file, doc in inputs.documents:
+        if opts.kube_version is not None:
+            out += schema.validate(file, doc, opts.kube_version)
+    for src in inputs.corefiles:
+        pods = _pods_of(src, inputs)
+        resolver = _resolver(opts.resolver, pods)
+        rcs = [pod_lint.resolv_conf(w) for w in pods]
+        out += corefile_lint.check(src, resolver, rcs, _tunnel_test(src, inputs))
+    for w in inputs.workloads:
+        models = [src.model for src in _corefiles_of(w, inputs)]
+        out += pod_lint.check(w, models, opts.kube_version)
+    out += _vpn_remotes(inputs)
+    return ordered(out)
+
+
+def _mounted_configmaps(w: Workload) -> set[str]:
+    return {str((v.get("configMap") or {}).get("name")) for v in w.spec.get("volumes") or []
+            if isinstance(v, dict) and v.get("configMap")}
+
+
+def _corefiles_of(w: Workload, inputs: Inputs) -> list[CorefileSource]:
+    pod_side = [s for s in inputs.corefiles if s.context == POD]
+    mounted = _mounted_configmaps(w)
+    named = [s for s in pod_side if s.configmap is not None and s.configmap in mounted]
+    if named:
+        return named
+    if not list(pod_lint.dns_containers(w.spec)):
+        return []
+    return [s for s in pod_side if s.configmap is None or not any(
+        s.configmap in _mounted_configmaps(other) for other in inputs.workloads)]
+
+
+def _pods_of(src: CorefileSource, inputs: Inputs) -> list[Workload]:
+    if src.context != POD:
+        return []
+    return [w for w in inputs.workloads if src in _corefiles_of(w, inputs)]
+
+
+def _resolver(choice: str, pods: list[Workload]) -> str:
+    if choice != "auto":
+        return choice
+    for w in pods:
+        for d in pod_lint.dns_containers(w.spec):
+            return d.resolver
+    return "splitdns"
+
+
+def _tunnel_test(src: CorefileSource, inputs: Inputs) -> corefile_lint.IsTunnel:
+    """An upstream is the tunnel when an OpenVPN config says so, or when a private zone (not the
+    cluster's, not `.`) forwards to the same address: that zone's server is behind the VPN."""
+    private: dict[str, str] = {}
+    for block in src.model.blocks:
+        if block.is_root or any(z.endswith(_NOT_PRIVATE) for z in block.zones):
+            continue
+        for fwd in block.forwards:
+            for up in fwd.spec.upstreams:
+                private.setdefault(up.host, block.zones[0])
+
+    def is_tunnel(address: str) -> str | None:
+        for conf in inputs.vpn_configs:
+            if conf.behind_tunnel(address):
+                return f"{address} is behind the tunnel of {conf.path}"
+        if address in private:
+            return f"{address} is the upstream of the private zone {private[address]}"
+        return None
+
+    return is_tunnel
+
+
+def _vpn_remotes(inputs: Inputs) -> list[Finding]:
+    out: list[Finding] = []
+    pod_models = [s for s in inputs.corefiles if s.context == POD]
+    for conf in inputs.vpn_configs:
+        for remote in conf.remotes:
+            if remote.is_address:
+                continue
+            for src in pod_models:
+                why = _tunnel_owner(src.model, remote.host, _tunnel_test(src, inputs))
+                if why:
+                    out.append(Finding(conf.path, remote.line, "SD301",
+                                       f"remote {remote.host}: {why} in {src.file}"))
+    return out
+
+
+def _tunnel_owner(model: Model, host: str, is_tunnel: corefile_lint.IsTunnel) -> str | None:
+    """Why the block that owns `host` sends it into the tunnel, or None."""
+    if model.error is not None or not model.blocks:
+        return None
+    by_zone: dict[int, Block] = {}
+    zones = []
+    for block in model.blocks:
+        zone = Zone(block.to_config_block())
+        by_zone[id(zone)] = block
+        zones.append(zone)
+    try:
+        wire = name_to_wire(host.rstrip(".") + ".")
+    except (UnicodeEncodeError, ValueError):
+        return None
+    owner = Router(zones).route(wire)
+    if owner is None:
+        return None
+    block = by_zone[id(owner)]
+    if block.tunnel:
+        return f"it falls in block {block.name}, which takes its upstreams from OpenVPN"
+    fwd = owner.forward_for(wire)
+    for up in fwd.spec.upstreams if fwd is not None else ():
+        why = is_tunnel(up.host)
+        if why:
+            return f"it falls in block {block.name}, forwarded to {up.host} ({why})"
+    return None

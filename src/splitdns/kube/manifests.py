@@ -1,0 +1,203 @@
+"""Manifests as data: the ConfigMap, the DNS container and the pod-spec changes, a full Deployment,
+and a kustomize Component that adds the DNS part to an existing Deployment.
+
+Plain dicts in the order a reader expects (apiVersion, kind, metadata, spec); YAML is `yamlio`'s job.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from splitdns.kube.plan import Plan
+
+Doc = dict[str, Any]
+
+ANNOTATION_OWNERS = "splitdns.dev/zone-owners"
+ANNOTATION_COREFILE = "splitdns.dev/corefile-sha256"
+UNPRIVILEGED_PORT_SYSCTL = "net.ipv4.ip_unprivileged_port_start"
+HEALTH_PORT, READY_PORT = 8080, 8181
+NONROOT_UID = 65532
+COREFILE_VOLUME = "splitdns-corefile"
+
+
+@dataclass(frozen=True)
+class Options:
+    name: str = "app"
+    image: str = "ghcr.io/splitdns/splitdns:0.1.0"
+    coredns_image: str = "coredns/coredns:1.12.1"
+    app_image: str = "your-app-image"
+    vpn_image: str = "your-openvpn-client-image"
+    sidecar: str = "native"
+    configmap: str = "splitdns-corefile"
+
+
+def owners(plan: Plan) -> str:
+    """The ownership record as one annotation value (JSON: annotation keys cannot hold zone names)."""
+    rows = [json.dumps({"zone": r.zone, "owner": plan.owner, "upstream": r.upstream_text(),
+                        "source": r.source}) for r in plan.routes]
+    # One zone per line, so the annotation reads as a table in `kubectl get -o yaml`.
+    return "[\n" + ",\n".join(f"  {row}" for row in rows) + "\n]\n"
+
+
+def configmap(plan: Plan, opts: Options, corefile: str) -> Doc:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": opts.configmap, "annotations": {ANNOTATION_OWNERS: owners(plan)}},
+        "data": {"Corefile": corefile},
+    }
+
+
+def _probe(path: str, port: str, period: int, failures: int) -> Doc:
+    return {"httpGet": {"path": path, "port": port}, "periodSeconds": period, "failureThreshold": failures}
+
+
+def dns_container(plan: Plan, opts: Options) -> Doc:
+    coredns = plan.resolver == "coredns"
+    conf_dir = "/etc/coredns" if coredns else "/etc/splitdns"
+    container: Doc = {
+        "name": "dns",
+        "image": opts.coredns_image if coredns else opts.image,
+        # Our image's entrypoint is `splitdns serve`, so CoreDNS's own arguments work for both.
+        "args": ["-conf", f"{conf_dir}/Corefile"],
+        "ports": [
+            {"name": "health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
+            {"name": "ready", "containerPort": READY_PORT, "protocol": "TCP"},
+        ],
+    }
+    if opts.sidecar == "native":
+        container["restartPolicy"] = "Always"
+        # A native sidecar counts as started once this passes, and only then does the app start.
+        container["startupProbe"] = _probe(startup_path(plan), "ready", 1, 120)
+    container["readinessProbe"] = _probe("/ready", "ready", 5, 2)
+    container["livenessProbe"] = _probe("/health", "health", 10, 3)
+    container["resources"] = {"requests": {"cpu": "10m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
+    container["securityContext"] = {
+        "runAsNonRoot": True,
+        "runAsUser": NONROOT_UID,
+        "runAsGroup": NONROOT_UID,
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": True,
+        # Port 53 is bound thanks to the pod sysctl, not a capability: NET_BIND_SERVICE does not
+        # reach a non-root process in Kubernetes (kubernetes#56374).
+        "capabilities": {"drop": ["ALL"]},
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    container["volumeMounts"] = [{"name": COREFILE_VOLUME, "mountPath": conf_dir, "readOnly": True}]
+    return container
+
+
+def startup_path(plan: Plan) -> str:
+    """What holds the app: the zones that do not need the tunnel. Native sidecars start one after
+    the other, and a patch puts dns before an existing vpn sidecar: waiting there for the tunnel
+    zone would wait for a VPN that cannot start yet. The readiness probe (/ready) covers every zone."""
+    if plan.resolver == "coredns" or not any(r.tunnel for r in plan.routes):
+        return "/ready"
+    zones = [r.zone.rstrip(".") or "." for r in plan.routes if not r.tunnel]
+    return "/ready?" + "&".join(f"zone={z}" for z in zones)
+
+
+def dns_pod_spec(plan: Plan) -> Doc:
+    """The pod-level fields the split needs: one nameserver, the search list the cluster would give."""
+    return {
+        "dnsPolicy": "None",
+        "dnsConfig": {
+            "nameservers": ["127.0.0.1"],
+            "searches": plan.searches(),
+            "options": [{"name": "ndots", "value": str(plan.ndots)}],
+        },
+        "securityContext": {"sysctls": [{"name": UNPRIVILEGED_PORT_SYSCTL, "value": "53"}]},
+    }
+
+
+def _volume(opts: Options) -> Doc:
+    return {"name": COREFILE_VOLUME, "configMap": {"name": opts.configmap}}
+
+
+def vpn_container(plan: Plan, opts: Options) -> Doc:
+    args = ["--config", "/etc/openvpn/client/client.conf"]
+    if any(r.tunnel for r in plan.routes):
+        # The resolver learns the pushed DNS from the management interface; it shares the pod's
+        # network namespace, so loopback is enough and nothing else can reach it.
+        host, _, port = plan.management.rpartition(":")
+        args += ["--management", host, port, "--management-up-down"]
+    container: Doc = {"name": "vpn", "image": opts.vpn_image, "args": args}
+    if opts.sidecar == "native":
+        container["restartPolicy"] = "Always"
+    container["securityContext"] = {"capabilities": {"add": ["NET_ADMIN"]}}
+    container["volumeMounts"] = [
+        {"name": "openvpn-client", "mountPath": "/etc/openvpn/client", "readOnly": True},
+        {"name": "dev-tun", "mountPath": "/dev/net/tun"},
+    ]
+    return container
+
+
+def deployment(plan: Plan, opts: Options, corefile: str) -> Doc:
+    """A full example: app + vpn + dns, the VPN first so the tunnel zone can come up."""
+    dns = dns_container(plan, opts)
+    vpn = vpn_container(plan, opts)
+    app = {"name": "app", "image": opts.app_image}
+    spec: Doc = dns_pod_spec(plan)
+    if opts.sidecar == "native":
+        spec["initContainers"] = [vpn, dns]
+        spec["containers"] = [app]
+    else:
+        spec["containers"] = [dns, vpn, app]
+    spec["volumes"] = [
+        _volume(opts),
+        {"name": "openvpn-client", "secret": {"secretName": "openvpn-client"}},
+        {"name": "dev-tun", "hostPath": {"path": "/dev/net/tun", "type": "CharDevice"}},
+    ]
+    labels = {"app": opts.name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": opts.name, "labels": labels},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels, "annotations": _pod_annotations(plan, corefile)},
+                "spec": spec,
+            },
+        },
+    }
+
+
+def _pod_annotations(plan: Plan, corefile: str) -> Doc:
+    # The Corefile's hash in the pod template makes a changed Corefile roll the pods, instead of
+    # waiting minutes for the kubelet to sync the ConfigMap volume.
+    digest = hashlib.sha256(corefile.encode()).hexdigest()
+    return {ANNOTATION_OWNERS: owners(plan), ANNOTATION_COREFILE: digest}
+
+
+def patch(plan: Plan, opts: Options) -> Doc:
+    """A strategic-merge patch that adds the DNS part to an existing Deployment named opts.name."""
+    spec: Doc = dns_pod_spec(plan)
+    key = "initContainers" if opts.sidecar == "native" else "containers"
+    spec[key] = [dns_container(plan, opts)]
+    spec["volumes"] = [_volume(opts)]
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": opts.name},
+        "spec": {"template": {"metadata": {"annotations": {ANNOTATION_OWNERS: owners(plan)}}, "spec": spec}},
+    }
+
+
+def component(plan: Plan, opts: Options, corefile: str, patch_text: str) -> Doc:
+    """A kustomize Component: the ConfigMap from a generator (its hash suffix rolls the pods when
+    the Corefile changes) and the patch inline, so the component is one self-contained file."""
+    return {
+        "apiVersion": "kustomize.config.k8s.io/v1alpha1",
+        "kind": "Component",
+        "configMapGenerator": [{
+            "name": opts.configmap,
+            "options": {"annotations": {ANNOTATION_OWNERS: owners(plan)}},
+            "literals": [f"Corefile={corefile}"],
+        }],
+        "patches": [{"target": {"kind": "Deployment", "name": opts.name}, "patch": patch_text}],
+    }

@@ -1,0 +1,180 @@
+"""What to render: each zone, who answers it, its upstream, and where that address came from.
+
+Built from `--zone` flags, an existing Corefile, and the cluster DNS address (given or read from
+the kube-dns Service). Addresses are never guessed: a zone without a known upstream is an error.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import dns.exception
+import dns.name
+
+from splitdns.kube import corefile_model
+
+OPENVPN = "openvpn"
+RESOLVERS = ("splitdns", "coredns")
+SIDECARS = ("native", "classic")
+DEFAULT_MANAGEMENT = "127.0.0.1:7505"
+
+
+class PlanError(ValueError):
+    """The inputs do not say enough (or say something wrong) to render; the message says what to add."""
+
+
+@dataclass(frozen=True)
+class Route:
+    zone: str                       # normalised: lower case, trailing dot
+    upstreams: tuple[str, ...]      # IP or IP:PORT; empty when learned from OpenVPN
+    source: str                     # where the address came from, for the ownership record
+    probe: str | None = None        # a name in the zone the readiness probe asks
+
+    @property
+    def tunnel(self) -> bool:
+        return not self.upstreams
+
+    def upstream_text(self) -> str:
+        return "OpenVPN-pushed DNS" if self.tunnel else " ".join(self.upstreams)
+
+
+@dataclass(frozen=True)
+class ClusterDNS:
+    address: str
+    source: str
+
+
+@dataclass(frozen=True)
+class Plan:
+    routes: tuple[Route, ...]       # private zones first, then the cluster domain, the catch-all last
+    resolver: str = "splitdns"
+    namespace: str = "default"
+    cluster_domain: str = "cluster.local"
+    ndots: int = 5
+    management: str = DEFAULT_MANAGEMENT
+
+    @property
+    def owner(self) -> str:
+        return f"in-pod {self.resolver}"
+
+    def searches(self) -> list[str]:
+        """The search list ClusterFirst would have given; under None the kubelet adds none."""
+        d = self.cluster_domain
+        return [f"{self.namespace}.svc.{d}", f"svc.{d}", d]
+
+
+def zone_name(text: str) -> str:
+    try:
+        return dns.name.from_text(text.strip().lower()).to_text()
+    except dns.exception.DNSException as err:
+        raise PlanError(f"{text!r} is not a zone name ({err})") from None
+
+
+def upstream(text: str, zone: str) -> str:
+    """IP or IP:PORT ([v6]:PORT); hostnames are refused, as the resolver refuses them."""
+    host, port = text, ""
+    if text.startswith("["):
+        host, _, port = text[1:].partition("]")
+        port = port.removeprefix(":")
+    elif text.count(":") == 1:
+        host, _, port = text.partition(":")
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        raise PlanError(f"zone {zone}: upstream {text!r} is not an IP address (IP, IP:PORT or "
+                        f"[IPv6]:PORT) nor `{OPENVPN}`") from None
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise PlanError(f"zone {zone}: {port!r} is not a port")
+    if not port or port == "53":
+        return str(ip)
+    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+
+
+def parse_zone_flag(text: str) -> Route:
+    """`ZONE=UPSTREAM[,UPSTREAM...]`, UPSTREAM an address or `openvpn`."""
+    zone_text, sep, targets = text.partition("=")
+    if not sep or not targets:
+        raise PlanError(f"--zone {text!r}: expected ZONE=UPSTREAM[,UPSTREAM...] "
+                        f"(for example svc.acme.internal=192.168.240.1 or svc.acme.internal={OPENVPN})")
+    zone = zone_name(zone_text)
+    parts = [t.strip() for t in targets.split(",") if t.strip()]
+    if parts == [OPENVPN]:
+        return Route(zone, (), f"learned at run time from OpenVPN (--zone {zone_text}={OPENVPN})")
+    if OPENVPN in parts:
+        raise PlanError(f"--zone {text!r}: `{OPENVPN}` cannot be mixed with addresses")
+    return Route(zone, tuple(upstream(p, zone) for p in parts), f"given: --zone {text}")
+
+
+def routes_from_corefile(model: corefile_model.Model) -> list[Route]:
+    """Each block's zones with the block's catch-all forward (`forward . ...`) or `openvpn`."""
+    if model.error is not None:
+        raise PlanError(str(model.error))
+    out: list[Route] = []
+    for block in model.blocks:
+        if block.errors:
+            raise PlanError(str(block.errors[0][1]))
+        if block.tunnel:
+            where = block.directive(OPENVPN)
+            assert where is not None
+            ups: tuple[str, ...] = ()
+            source = f"learned at run time from OpenVPN ({where.where})"
+        else:
+            fwd = next((f for f in block.forwards if f.spec.origin == "." or f.spec.origin in block.zones),
+                       None)
+            if fwd is None or fwd.spec.files:
+                raise PlanError(f"{block.where}: block {block.name} has no `forward` to an address "
+                                "(a resolv.conf target is refused: under dnsPolicy None it is ourselves); "
+                                "give the zone with --zone ZONE=ADDRESS")
+            ups = tuple(upstream(str(u), block.zones[0]) for u in fwd.spec.upstreams)
+            source = f"from {fwd.statement.where}"
+        out.extend(Route(zone, ups, source) for zone in block.zones)
+    return out
+
+
+def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: ClusterDNS | None,
+          probes: Sequence[str] = (), *, resolver: str = "splitdns", namespace: str = "default",
+          cluster_domain: str = "cluster.local", ndots: int = 5,
+          management: str = DEFAULT_MANAGEMENT) -> Plan:
+    """Merge the inputs: flags override a Corefile; the cluster DNS fills the cluster zone and `.`."""
+    domain = zone_name(cluster_domain)
+    by_zone: dict[str, Route] = {r.zone: r for r in corefile_routes}
+    for flag in zone_flags:
+        route = parse_zone_flag(flag)
+        by_zone[route.zone] = route
+    if cluster is not None:
+        for zone in (domain, "."):
+            by_zone.setdefault(zone, Route(zone, (cluster.address,), cluster.source))
+    if "." not in by_zone:
+        raise PlanError("no upstream for the catch-all zone `.`: give --cluster-dns IP, "
+                        "--cluster-dns-from-cluster (reads kube-system/kube-dns), or --zone .=IP")
+    probe_for = dict(_probe_flag(p) for p in probes)
+    default_probe = {domain: f"kubernetes.default.svc.{domain.rstrip('.')}"}
+    ordered = sorted(by_zone.values(), key=lambda r: (r.zone == ".", r.zone == domain, r.zone))
+    routes = tuple(Route(r.zone, r.upstreams, r.source,
+                         probe_for.get(r.zone, default_probe.get(r.zone, _apex(r.zone))))
+                   for r in ordered)
+    if resolver not in RESOLVERS:
+        raise PlanError(f"--resolver {resolver!r}: use one of {', '.join(RESOLVERS)}")
+    if not 1 <= ndots <= 15:
+        raise PlanError(f"--ndots {ndots}: glibc caps ndots at 15; use 1 to 15")
+    if resolver == "coredns":
+        for r in routes:
+            if r.tunnel:
+                raise PlanError(f"zone {r.zone}: CoreDNS cannot learn the tunnel's DNS at run time; "
+                                "give its address (--zone ZONE=IP) or use --resolver splitdns")
+    return Plan(routes=routes, resolver=resolver, namespace=namespace,
+                cluster_domain=domain.rstrip("."), ndots=ndots, management=management)
+
+
+def _apex(zone: str) -> str | None:
+    # A zone's own apex always exists if the zone does, so asking for it is a harmless probe.
+    return None if zone == "." else zone.rstrip(".")
+
+
+def _probe_flag(text: str) -> tuple[str, str]:
+    zone, sep, name = text.partition("=")
+    if not sep or not name:
+        raise PlanError(f"--probe {text!r}: expected ZONE=NAME (a name in the zone to ask)")
+    return zone_name(zone), zone_name(name).rstrip(".") or "."

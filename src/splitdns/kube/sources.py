@@ -1,0 +1,152 @@
+"""The inputs of `splitdns check`, recognised and read: Corefiles (plain or inside a ConfigMap),
+workloads with their pod spec, OpenVPN client configs, and every YAML document with its lines.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from splitdns.errors import Location
+from splitdns.kube import corefile_model, openvpn_conf, yamlio
+from splitdns.kube.findings import Finding
+
+POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
+    "Pod": ("spec",),
+    "Deployment": ("spec", "template", "spec"),
+    "StatefulSet": ("spec", "template", "spec"),
+    "DaemonSet": ("spec", "template", "spec"),
+    "ReplicaSet": ("spec", "template", "spec"),
+    "Job": ("spec", "template", "spec"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template", "spec"),
+}
+POD = "pod"
+CLUSTER = "cluster-wide"
+
+
+@dataclass
+class CorefileSource:
+    file: str
+    model: corefile_model.Model
+    context: str = POD
+    configmap: str | None = None
+    offset: int = 0          # added to Corefile lines to give file lines
+    anchor: int | None = None  # when lines cannot be mapped (a quoted scalar): this line for all
+
+    def line(self, where: Location | None) -> int:
+        if where is None:
+            return self.anchor or 1
+        return self.anchor if self.anchor is not None else where.line + self.offset
+
+
+@dataclass
+class Workload:
+    file: str
+    kind: str
+    name: str
+    doc: yamlio.Document
+    spec_path: tuple[str, ...]
+
+    @property
+    def spec(self) -> dict[str, Any]:
+        value: Any = self.doc.value
+        for key in self.spec_path:
+            value = value.get(key) if isinstance(value, dict) else None
+        return value if isinstance(value, dict) else {}
+
+    def line(self, *path: str | int) -> int:
+        return self.doc.line((*self.spec_path, *path))
+
+
+@dataclass
+class Inputs:
+    corefiles: list[CorefileSource] = field(default_factory=list)
+    workloads: list[Workload] = field(default_factory=list)
+    documents: list[tuple[str, yamlio.Document]] = field(default_factory=list)
+    vpn_configs: list[openvpn_conf.ClientConfig] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+
+
+def kind_of(path: str, text: str) -> str:
+    """"yaml", "openvpn" or "corefile", from the name first and the content second."""
+    suffix = Path(path).suffix.lower()
+    if suffix in (".yaml", ".yml", ".json"):
+        return "yaml"
+    if suffix == ".ovpn" or openvpn_conf.looks_like(text):
+        return "openvpn"
+    head = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
+    if head and head[0].startswith(("apiVersion:", "kind:", "---")):
+        return "yaml"
+    return "corefile"
+
+
+def read(paths: list[str]) -> Inputs:
+    inputs = Inputs()
+    for path in paths:
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
+            inputs.findings.append(Finding(path, 1, "SD001", f"cannot read {path}: {reason}"))
+            continue
+        kind = kind_of(path, text)
+        if kind == "yaml":
+            _read_yaml(path, text, inputs)
+        elif kind == "openvpn":
+            inputs.vpn_configs.append(openvpn_conf.parse(text, path))
+        else:
+            context = CLUSTER if "cluster-wide" in Path(path).name else POD
+            model = corefile_model.read(text, path)
+            if context == POD and _is_cluster_corefile(model):
+                context = CLUSTER
+            inputs.corefiles.append(CorefileSource(path, model, context))
+    return inputs
+
+
+def _is_cluster_corefile(model: corefile_model.Model) -> bool:
+    # The `kubernetes` plugin answers cluster.local from the API: only the cluster's own CoreDNS has it.
+    return any(b.directive("kubernetes") is not None for b in model.blocks)
+
+
+def _read_yaml(path: str, text: str, inputs: Inputs) -> None:
+    import yaml
+
+    try:
+        docs = yamlio.load_all(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 1
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        inputs.findings.append(Finding(path, line, "SD002", f"YAML does not parse: {problem}"))
+        return
+    for doc in docs:
+        value = doc.value
+        if not isinstance(value, dict) or "kind" not in value:
+            continue
+        inputs.documents.append((path, doc))
+        kind = str(value.get("kind"))
+        meta = value.get("metadata") if isinstance(value.get("metadata"), dict) else {}
+        name = str(meta.get("name", "")) if meta else ""
+        if kind in POD_SPEC_PATHS:
+            inputs.workloads.append(Workload(path, kind, name, doc, POD_SPEC_PATHS[kind]))
+        elif kind == "ConfigMap":
+            _configmap_corefiles(path, doc, name, str(meta.get("namespace", "")) if meta else "", inputs)
+
+
+def _configmap_corefiles(path: str, doc: yamlio.Document, name: str, namespace: str, inputs: Inputs) -> None:
+    data = doc.value.get("data")
+    if not isinstance(data, dict):
+        return
+    for key, text in data.items():
+        if key != "Corefile" or not isinstance(text, str):
+            continue
+        model = corefile_model.read(text, path)
+        cluster = (name == "coredns" and namespace == "kube-system") or _is_cluster_corefile(model)
+        block_start = doc.block_start.get(("data", key))
+        source = CorefileSource(path, model, CLUSTER if cluster else POD, configmap=name)
+        if block_start is not None:
+            source.offset = block_start - 1
+        else:
+            source.anchor = doc.line(("data", key))
+        inputs.corefiles.append(source)

@@ -1,0 +1,117 @@
+"""`splitdns check`: every code has a failing and a passing fixture, the seed's own files are read the
+way a reader would, and the output formats and exit codes are the documented ones."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from splitdns import cli
+from splitdns.kube import findings, lint, schema
+
+DATA = Path(__file__).parent / "data" / "kube"
+CASES = DATA / "check"
+LINE = re.compile(r"^(?P<file>[^:]+):(?P<line>\d+): (?P<code>SD\d{3}) "
+                  r"(?P<severity>error|warning|info) (?P<msg>.+)$")
+
+
+def run_case(case: Path) -> list[findings.Finding]:
+    options = json.loads((case / "options.json").read_text()) if (case / "options.json").exists() else {}
+    files = sorted(str(p) for p in case.iterdir() if p.name != "options.json")
+    version = schema.minor(options["kube_version"]) if "kube_version" in options else None
+    return lint.check(files, lint.Options(resolver=options.get("resolver", "auto"), kube_version=version))
+
+
+@pytest.mark.parametrize("code", sorted(findings.CODES))
+def test_each_code_has_a_failing_and_a_passing_fixture(code: str) -> None:
+    bad, good = CASES / code / "bad", CASES / code / "good"
+    assert bad.is_dir() and good.is_dir(), f"{code} needs fixtures in {bad} and {good}"
+    assert code in [f.code for f in run_case(bad)]
+    # The passing fixture is the same setup done right: not only without this code, without anything.
+    assert [f.text(False) for f in run_case(good)] == []
+
+
+def test_every_fixture_directory_is_a_known_code() -> None:
+    assert {d.name for d in CASES.iterdir()} == set(findings.CODES)
+
+
+def test_seed_pod_and_corefile_findings_make_sense(capsys: pytest.CaptureFixture[str]) -> None:
+    seed = DATA / "seed"
+    code = cli.main(["check", "--brief", str(seed / "Corefile"), str(seed / "pod.yaml"),
+                     "--kube-version", "1.33"])
+    out = capsys.readouterr().out.splitlines()
+    pod = str(seed / "pod.yaml")
+    # The seed's Corefile is sound (explicit catch-all to the cluster DNS, the tunnel zone on its own);
+    # its pod spec is what the article itself warns about: nothing probes the DNS container, nothing
+    # holds the app until it answers, and under dnsPolicy None short names lose their search list.
+    assert out == [
+        f"{pod}:8: SD203 warning Pod app: dnsPolicy None without dnsConfig.searches: short service names "
+        "stop resolving",
+        f"{pod}:15: SD205 error Pod app: DNS container dns has no readinessProbe",
+        f"{pod}:15: SD206 warning Pod app: DNS container dns is a classic sidecar: nothing holds the app "
+        "until it answers",
+    ]
+    assert code == 2
+
+
+def test_seed_corefile_pointing_at_resolv_conf_is_the_trap_the_article_names(tmp_path: Path) -> None:
+    seed = DATA / "seed"
+    text = (seed / "Corefile").read_text().replace("forward . 10.100.0.10", "forward . /etc/resolv.conf")
+    (tmp_path / "Corefile").write_text(text)
+    (tmp_path / "pod.yaml").write_text((seed / "pod.yaml").read_text())
+    found = run_case(tmp_path)
+    assert [(f.code, f.line) for f in found if f.code == "SD101"] == [("SD101", 4)]
+
+
+def test_text_format_is_file_line_code_severity_message_then_why_and_fix(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    bad = CASES / "SD103" / "bad" / "Corefile"
+    assert cli.main(["check", str(bad)]) == 2
+    lines = capsys.readouterr().out.splitlines()
+    match = LINE.match(lines[0])
+    assert match and match["file"] == str(bad) and match["code"] == "SD103" and match["severity"] == "error"
+    assert lines[1].startswith("    why: ") and lines[2].startswith("    fix: ")
+
+
+def test_plain_corefile_errors_stay_file_line_message(capsys: pytest.CaptureFixture[str]) -> None:
+    bad = CASES / "SD100" / "bad" / "Corefile"
+    assert cli.main(["check", "--brief", str(bad)]) == 2
+    expected = f"{bad}:4: SD100 error forward: 'vpn-dns.example.net' is neither"
+    assert capsys.readouterr().out.startswith(expected)
+
+
+def test_json_format(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", "--format", "json", str(CASES / "SD202" / "bad" / "pod.yaml")]) == 1
+    (item,) = json.loads(capsys.readouterr().out)
+    assert item["code"] == "SD202" and item["severity"] == "warning" and item["line"] == 9
+    assert set(item) == {"file", "line", "code", "severity", "message", "why", "fix"}
+
+
+def test_exit_codes_clean_warning_error(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["check", str(CASES / "SD202" / "good" / "pod.yaml")]) == 0
+    assert cli.main(["check", str(CASES / "SD202" / "bad" / "pod.yaml")]) == 1
+    assert cli.main(["check", str(CASES / "SD201" / "bad" / "pod.yaml")]) == 2
+    assert cli.main(["check", "--kube-version", "1.12", str(CASES / "SD201" / "bad" / "pod.yaml")]) == 2
+    assert "schemas are bundled for 1.25" in capsys.readouterr().err
+
+
+def test_help_documents_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["check", "--help"])
+    text = capsys.readouterr().out
+    assert "0  no finding" in text and "1  warnings, no error" in text and "2  at least one error" in text
+
+
+def test_corefile_lines_inside_a_configmap_are_file_lines() -> None:
+    found = run_case(CASES / "SD105" / "bad")
+    text = (CASES / "SD105" / "bad" / "coredns-configmap.yaml").read_text().splitlines()
+    (f,) = found
+    assert "forward . 192.168.240.1" in text[f.line - 1]
+
+
+def test_docs_table_is_the_code_table() -> None:
+    docs = (Path(__file__).parents[1] / "docs" / "kubernetes.md").read_text()
+    assert findings.table_markdown() in docs

@@ -1,0 +1,83 @@
+"""`splitdns explain`: which block and forward answer a name, and why, label boundary included."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from splitdns import cli
+from splitdns.commands.explain import explain
+
+SEED = Path(__file__).parent / "data" / "kube" / "seed" / "Corefile"
+
+
+def write(tmp_path: Path, text: str) -> str:
+    path = tmp_path / "Corefile"
+    path.write_text(text)
+    return str(path)
+
+
+def test_tunnel_name_goes_to_the_tunnel_block() -> None:
+    lines = explain("db.svc.acme.internal", str(SEED))
+    assert lines[0] == f"db.svc.acme.internal. -> block svc.acme.internal.:53 ({SEED}:6)"
+    owner = f"block svc.acme.internal.:53 ({SEED}:6)   <- owns it"
+    assert f"    {'svc.acme.internal.':<40} {owner}" in lines
+    assert f"  forward . ({SEED}:9): the first `forward` of the block whose FROM covers the name" in lines
+    assert "  upstreams: 192.168.240.1:53; policy random" in lines
+
+
+def test_lookalike_suffix_goes_to_the_catch_all_and_says_why() -> None:
+    lines = explain("svc.acme.internal.example.net", str(SEED))
+    assert lines[0] == f"svc.acme.internal.example.net. -> block .:53 ({SEED}:1)"
+    assert "  upstreams: 10.100.0.10:53; policy random" in lines
+    assert ("  note: svc.acme.internal. does not own svc.acme.internal.example.net.: svc.acme.internal "
+            "appears in the name but is followed by .example.net, so the name belongs to example.net., not "
+            "to svc.acme.internal.") in lines
+
+
+def test_not_on_a_label_boundary() -> None:
+    lines = explain("notsvc.acme.internal", str(SEED))
+    assert lines[0].endswith("-> block .:53 (" + str(SEED) + ":1)")
+    assert lines[-1] == ("  note: svc.acme.internal. does not own notsvc.acme.internal.: the name ends with "
+                         "the text svc.acme.internal but not on a label boundary ('not' is part of a label)")
+
+
+def test_name_no_block_owns_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, "svc.acme.internal:53 {\n    forward . 192.168.240.1\n}\n")
+    lines = explain("example.com", path)
+    assert lines[0] == "example.com. -> no block on port 53 owns it: the answer is REFUSED"
+    assert "    com.                                     no block" in lines
+    assert lines[-1].startswith("  there is no catch-all `.` block, so a name no zone owns is REFUSED")
+
+
+def test_several_forwards_in_file_order_and_except(tmp_path: Path) -> None:
+    path = write(tmp_path, """acme.internal:53 {
+    forward svc.acme.internal 192.168.240.1 {
+        except legacy.svc.acme.internal
+    }
+    forward . 10.96.0.10
+}
+""")
+    db = explain("db.svc.acme.internal", path)
+    first = "the first `forward` of the block whose FROM covers the name"
+    assert f"  forward svc.acme.internal. ({path}:2): {first}" in db
+    legacy = explain("x.legacy.svc.acme.internal", path)
+    assert f"  forward . ({path}:5): the first `forward` of the block whose FROM covers the name" in legacy
+    assert any("tried in file order" in line for line in legacy)
+
+
+def test_tunnel_block_learns_upstreams_at_run_time(tmp_path: Path) -> None:
+    path = write(tmp_path, ".:53 {\n    forward . 10.96.0.10\n}\nsvc.acme.internal:53 {\n"
+                           "    openvpn {\n        management 127.0.0.1:7505\n    }\n}\n")
+    lines = explain("db.svc.acme.internal", path)
+    assert lines[-1] == ("  upstreams: the DNS servers the VPN server pushes, learned at run time "
+                         f"(openvpn, {path}:5)")
+
+
+def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["explain", "db.svc.acme.internal", "-conf", str(SEED)]) == 0
+    assert capsys.readouterr().out.startswith("db.svc.acme.internal. -> block svc.acme.internal.:53")
+    bad = write(tmp_path, ".:53 {\n    forward . 10.96.0.10\n")
+    assert cli.main(["explain", "example.com", "-conf", bad]) == 2
+    assert "missing '}'" in capsys.readouterr().err
