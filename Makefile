@@ -7,9 +7,9 @@ BIN := $(VENV)/bin
 # Debian packages the tests drive for real: clients (dig, kdig, dnsperf), servers used as
 # upstreams and peers (nsd, unbound, dnsmasq), OpenVPN and the namespace plumbing.
 DEBIAN_PACKAGES := bind9-dnsutils knot-dnsutils dnsperf nsd unbound dnsmasq-base openvpn \
-	iptables iproute2 procps psmisc python3-venv
+	iptables iproute2 procps psmisc openssl python3-venv
 
-.PHONY: run test venv deps-debian lint typecheck pytest lab-up lab-down clean
+.PHONY: run test venv deps-debian lint typecheck pytest lab-up lab-down lab-status clean
 
 run: venv
 	$(BIN)/splitdns demo
@@ -50,6 +50,9 @@ lab-up: deps-debian venv
 
 lab-down: venv
 	$(BIN)/python -m tests.lab down
+
+lab-status: venv
+	$(BIN)/python -m tests.lab status
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
