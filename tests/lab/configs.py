@@ -34,6 +34,7 @@ VPN_POOL = "10.8.0.0/24"
 VPN_SERVER_TUN_IP = "10.8.0.1"
 CORP_GW_IP = "192.168.240.254"
 CORP_DNS_IP = "192.168.240.1"
+CORP_DNS2_IP = "192.168.240.2"   # a second private DNS, for "the tunnel comes back elsewhere"
 DB_IP = "192.168.240.10"
 DB_PORT = 5432
 MANAGEMENT_PORT = 7505
@@ -50,6 +51,14 @@ CLUSTER_DECOY_DB_IP = "10.100.0.66"
 CORP_WILDCARD_IP = "192.168.240.11"
 CORP_DECOY_KUBERNETES_IP = "192.168.240.66"
 CORP_DECOY_CATCHALL_IP = "192.168.240.67"
+DB_IP_VIA_DNS2 = "192.168.240.12"  # what the second private DNS says db is: proves who answered
+
+# What the VPN server pushes by default: the seed's `dhcp-option DNS 192.168.240.1`.
+DHCP_PUSHES = ("route 192.168.240.0 255.255.255.0", f"dhcp-option DNS {CORP_DNS_IP}",
+               f"dhcp-option DOMAIN {PRIVATE_ZONE}")
+# The same with OpenVPN 2.6's --dns options.
+DNS_PUSHES = ("route 192.168.240.0 255.255.255.0", f"dns server 1 address {CORP_DNS_IP}",
+              f"dns server 1 resolve-domains {PRIVATE_ZONE}", f"dns search-domains {PRIVATE_ZONE}")
 
 # The seed's Corefile, verbatim. Written to the lab's state dir and served only in the pod ns.
 SEED_COREFILE = """\
@@ -117,6 +126,12 @@ def cluster_dns_argv() -> list[str]:
     ]  # fmt: skip
 
 
+def corp_dns2_argv() -> list[str]:
+    """The second private DNS: same zone, another address for db."""
+    return [*_dns_server_argv(CORP_DNS2_IP), f"--local=/{PRIVATE_ZONE}/",
+            f"--host-record={DB_NAME},{DB_IP_VIA_DNS2}"]
+
+
 def corp_dns_argv() -> list[str]:
     """Private-zone DNS behind the VPN: svc.acme.internal plus decoys for the other names."""
     return [
@@ -136,7 +151,7 @@ def tcp_service_argv(log: Path) -> list[str]:
 
 
 # ---- OpenVPN -----------------------------------------------------------------------------
-def openvpn_server_conf(pki_dir: Path) -> str:
+def openvpn_server_conf(pki_dir: Path, pushes: tuple[str, ...] = DHCP_PUSHES) -> str:
     """The VPN server (runs like `hostNetwork: true`: in the namespace that routes to corp).
 
     No `explicit-exit-notify`: with it a UDP server needs ~3.5 s to exit on SIGTERM.
@@ -154,14 +169,11 @@ key {pki_dir}/server.key
 tls-crypt {pki_dir}/tc.key
 dh none
 keepalive 2 10
-push "route 192.168.240.0 255.255.255.0"
-push "dhcp-option DNS {CORP_DNS_IP}"
-push "dhcp-option DOMAIN {PRIVATE_ZONE}"
-verb 3
+{"".join(f'push "{p}"{chr(10)}' for p in pushes)}verb 3
 """
 
 
-def openvpn_client_conf(pki_dir: Path, management: bool) -> str:
+def openvpn_client_conf(pki_dir: Path, management: bool, extra: str = "") -> str:
     """The pod's VPN sidecar. The management port is plain TCP on the pod's loopback."""
     mgmt = f"management 127.0.0.1 {MANAGEMENT_PORT}\n" if management else ""
     return f"""\
@@ -177,4 +189,4 @@ key {pki_dir}/client.key
 tls-crypt {pki_dir}/tc.key
 connect-retry 1 1
 verb 3
-{mgmt}"""
+{mgmt}{extra}"""

@@ -66,7 +66,8 @@ def build_core(n: Callable[[str], str]) -> None:
         ns=n("vpn"),
     )  # fmt: skip
     ip_batch(
-        [_LO_UP, f"addr add {c.CORP_DNS_IP}/24 dev eth0", "link set eth0 up",
+        [_LO_UP, f"addr add {c.CORP_DNS_IP}/24 dev eth0", f"addr add {c.CORP_DNS2_IP}/24 dev eth0",
+         "link set eth0 up",
          # The DNS host knows the way back to the tunnel; the db (below) does not.
          f"route add {c.VPN_POOL} via {c.CORP_GW_IP}"],
         ns=n("corp"),

@@ -61,13 +61,17 @@ class PodSpec:
     corefile: str = c.SEED_COREFILE
     resolv_conf: str = c.SEED_RESOLV_CONF
     vpn_management: bool = True
+    vpn_extra: str = ""  # more client config lines: management-up-down, up/down scripts, ...
+    tunnel_zone_works: bool = True  # False: do not wait for the private zone to answer at start
 
 
 class Lab(Probes):
     """Build with `up()` (or `with Lab() as lab:`), remove with `down()`; see module doc."""
 
-    def __init__(self, pod: PodSpec | None = None, *, manual: bool = False) -> None:
+    def __init__(self, pod: PodSpec | None = None, *, manual: bool = False,
+                 pushes: tuple[str, ...] = c.DHCP_PUSHES) -> None:
         self.pod_spec = pod or PodSpec()
+        self.pushes = pushes
         self.manual = manual
         self.record: LabRecord | None = None
         self.last_prefix = ""  # after down(): which prefix to check is gone
@@ -175,15 +179,28 @@ class Lab(Probes):
 
     # ---- building blocks --------------------------------------------------------------------
     def _start_services(self) -> None:
-        (self.dir / "server.ovpn").write_text(c.openvpn_server_conf(self.dir / "pki"))
         self._start("cluster-dns", "kdns", c.cluster_dns_argv())
         self._start("corp-dns", "corp", c.corp_dns_argv())
+        self._start("corp-dns2", "corp", c.corp_dns2_argv())
         self._start("db", "db", c.tcp_service_argv(self.log("db-connections")))
-        self._start("vpn-server", "vpn", ["openvpn", "--config", str(self.dir / "server.ovpn")])
+        self.start_vpn_server(self.pushes)
         wait_dns(self.procs["cluster-dns"], self.ns("node"), c.CLUSTER_DNS_IP, c.KUBERNETES_NAME)
         wait_dns(self.procs["corp-dns"], self.ns("vpn"), c.CORP_DNS_IP, c.DB_NAME)
+        wait_dns(self.procs["corp-dns2"], self.ns("vpn"), c.CORP_DNS2_IP, c.DB_NAME)
         wait_tcp(self.procs["db"], self.ns("vpn"), c.DB_IP, c.DB_PORT)
+
+    def start_vpn_server(self, pushes: tuple[str, ...]) -> None:
+        """(Re)start the VPN server pushing `pushes`; returns once it is initialised."""
+        self.pushes = pushes
+        (self.dir / "server.ovpn").write_text(c.openvpn_server_conf(self.dir / "pki", pushes))
+        self._start("vpn-server", "vpn", ["openvpn", "--config", str(self.dir / "server.ovpn")])
         wait_log(self.procs["vpn-server"], "Initialization Sequence Completed")
+
+    def stop_vpn_server(self) -> None:
+        """Kill the VPN server outright (no goodbye to the client, as in a node crash)."""
+        proc = self.procs.pop("vpn-server")
+        stop_all([proc], grace=0.0)
+        self._record()
 
     def _create_pod(self) -> None:
         """Create the pod ns from `pod_spec`: network, resolv.conf, VPN client, resolver."""
@@ -194,12 +211,13 @@ class Lab(Probes):
         (ETC_NETNS / pod / "resolv.conf").write_text(spec.resolv_conf)
         self.corefile.write_text(spec.corefile)
         client_conf = self.dir / "client.ovpn"
-        client_conf.write_text(c.openvpn_client_conf(self.dir / "pki", spec.vpn_management))
+        client_conf.write_text(c.openvpn_client_conf(self.dir / "pki", spec.vpn_management,
+                                                     spec.vpn_extra))
         # Containers of a pod start together; the resolver must cope with the tunnel coming up.
         self._start("vpn-client", "pod", ["openvpn", "--config", str(client_conf)])
         self._start("resolver", "pod", c.resolver_argv(spec.resolver, self.corefile))
         wait_log(self.procs["vpn-client"], "Initialization Sequence Completed")
-        wait_resolver(self.procs["resolver"], pod)
+        wait_resolver(self.procs["resolver"], pod, tunnel_zone=spec.tunnel_zone_works)
 
     def _start(self, name: str, role: str, argv: list[str]) -> Proc:
         log = self.log(name)
