@@ -68,7 +68,7 @@ def _expected_ttls(msg: dns.message.Message) -> tuple[int | None, int | None]:
 @given(replies())
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_agrees_with_dnspython_on_valid_replies(case: tuple[bytes, bytes, dns.message.Message]) -> None:
-    sent, data, msg = case
+    sent, data, _ = case
     got = reply.read(sent, data)
     assert got is not None
     parsed = dns.message.from_wire(data)
