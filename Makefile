@@ -37,7 +37,7 @@ deps-debian:
 	@for s in nsd unbound; do systemctl stop $$s >/dev/null 2>&1 || true; done
 
 lint: venv
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
 
 typecheck: venv
 	$(BIN)/mypy
@@ -56,3 +56,31 @@ lab-status: venv
 
 clean:
 	rm -rf $(VENV) build dist src/*.egg-info .mypy_cache .ruff_cache .pytest_cache .hypothesis
+
+# `make bench`: splitdns side by side with Unbound, dnsmasq and dnsdist (bench/README.md).
+# Not part of `make test` or CI. BENCH_ARGS=--quick for a 2-minute check.
+BENCH_PACKAGES := dnsperf nsd unbound dnsmasq-base dnsdist
+BENCH_ARGS ?=
+
+.PHONY: bench deps-bench
+bench: deps-bench $(VENV)/.bench-installed
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+$(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
+	$(BIN)/pip install --quiet -e '.[test,fast,bench]'
+	touch $@
+
+# Installs what is missing; a policy-rc.d keeps Debian from starting the servers it installs
+# (the benchmark runs its own copies in a network namespace).
+deps-bench:
+	@missing=""; for p in $(BENCH_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && guard=1; \
+		fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		rc=$$?; if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
+	fi

@@ -1,0 +1,384 @@
+"""`make bench`: splitdns and its peers side by side, all forwarding to one local NSD.
+
+    python -m bench.run [--rounds N] [--seconds S] [--rate QPS] [--quick] [--keep]
+
+Each round starts every server fresh, in the same order, and measures it alone on CPU 1
+while dnsperf and NSD share CPU 0: start-up, idle memory, cache-hit throughput, hit latency
+at a fixed rate, a fill of 100k names and the memory after it, cache-miss throughput, miss
+latency at a fixed rate. As root it re-executes itself in a new network namespace that has
+only `lo`, so nothing it starts can send a packet anywhere but loopback, and no server the
+machine already runs can hold its ports. Read bench/README.md for what the figures mean.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+from bench import measure, peers, report
+
+REPO = Path(__file__).resolve().parent.parent
+NETNS_ENV = "SPLITDNS_BENCH_NETNS"
+HIT_NAMES = 100
+FILL_NAMES = 100_000
+MISS_NAMES_PER_SECOND = 200_000  # dnsdist forwarded 130k misses/s here: the file must outlast the run
+SETTLE = 1.0                     # let allocators and kernel buffers settle before reading RSS
+FILL_LIMIT = 120.0               # seconds; 100k misses take 2–40 s on this machine
+BUDGET = 30 * 60.0               # no new round starts after this many seconds
+QUIET_WAIT = 15.0                # seconds to wait for other work on the machine to pause
+QUIET_BUSY = 15.0                # % of one CPU: below this the machine counts as quiet
+
+
+@dataclass(frozen=True)
+class Options:
+    rounds: int
+    seconds: float
+    rate: int
+    port: int
+    servers: tuple[str, ...]
+    out: Path
+    keep: bool
+    netns: bool
+
+
+def parse_args(argv: Sequence[str]) -> Options:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=3, help="rounds; each figure is their median (3)")
+    p.add_argument("--seconds", type=float, default=10.0, help="length of each dnsperf run (10)")
+    p.add_argument("--rate", type=int, default=5000, help="fixed rate of the latency runs, qps (5000)")
+    p.add_argument("--quick", action="store_true", help="1 round of 3 s runs: a check, not figures")
+    p.add_argument("--port", type=int, default=peers.PORT, help=f"port of every server ({peers.PORT})")
+    p.add_argument("--servers", default=",".join(name for name, _, _ in peers.PEERS),
+                   help="comma-separated subset of the servers, in order")
+    p.add_argument("--out", type=Path, default=REPO / "bench", help="where results.md/.png go")
+    p.add_argument("--keep", action="store_true", help="keep the work directory (configs, dnsperf logs)")
+    p.add_argument("--no-netns", action="store_true", help="run on the host's loopback instead")
+    a = p.parse_args(argv)
+    if a.quick:
+        a.rounds, a.seconds = 1, 3.0
+    known = {name for name, _, _ in peers.PEERS}
+    servers = tuple(s for s in a.servers.split(",") if s)
+    unknown = set(servers) - known
+    if unknown or a.rounds < 1 or a.seconds <= 0 or a.rate <= 0:
+        p.error(f"unknown servers {sorted(unknown)}" if unknown else "rounds, seconds, rate must be > 0")
+    return Options(a.rounds, a.seconds, a.rate, a.port, servers, a.out, a.keep, not a.no_netns)
+
+
+def enter_netns(opts: Options, argv: Sequence[str]) -> str:
+    """Re-exec inside `unshare --net` when we can; describe the network we run on."""
+    if os.environ.get(NETNS_ENV) == "1":
+        subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=10)
+        return "own network namespace (unshare --net): only lo exists"
+    if opts.netns and os.geteuid() == 0 and shutil.which("unshare") and shutil.which("ip"):
+        probe = subprocess.run(["unshare", "--net", "true"], capture_output=True, timeout=10, check=False)
+        if probe.returncode == 0:
+            os.environ[NETNS_ENV] = "1"
+            os.chdir(REPO)
+            os.execvp("unshare", ["unshare", "--net", "--", sys.executable, "-m", "bench.run", *argv])
+    return "host loopback (no namespace): ports checked free before each start"
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Server alone on one CPU; load generator and upstream on the other (None: no pinning)."""
+
+    server: int | None
+    load: int | None
+
+    @staticmethod
+    def choose() -> Placement:
+        cpus = sorted(os.sched_getaffinity(0))
+        return Placement(cpus[1], cpus[0]) if len(cpus) >= 2 else Placement(None, None)
+
+
+@dataclass(frozen=True)
+class QueryFiles:
+    hit: Path
+    fill: Path
+    miss: Path
+    miss_latency: Path
+
+    @staticmethod
+    def write(d: Path, opts: Options) -> QueryFiles:
+        d.mkdir(parents=True, exist_ok=True)
+        misses = int(MISS_NAMES_PER_SECOND * opts.seconds)
+        latency_misses = int(opts.rate * opts.seconds * 1.2) + 1000
+        # Distinct prefixes: no name of one file is ever a hit left by another.
+        return QueryFiles(measure.write_names(d / "hit.txt", "h", HIT_NAMES),
+                          measure.write_names(d / "fill.txt", "f", FILL_NAMES),
+                          measure.write_names(d / "miss.txt", "m", misses),
+                          measure.write_names(d / "miss-latency.txt", "l", latency_misses))
+
+
+@dataclass
+class Validity:
+    """What can make one server's round untrustworthy, summed or worst over its runs."""
+
+    lost: int = 0
+    noerror_min: float = 100.0
+    other_cpu: float = 0.0
+    steal: float = 0.0
+
+    def add(self, run: measure.Run, full_speed: bool) -> None:
+        self.lost += run.result.lost
+        self.noerror_min = min(self.noerror_min, run.result.noerror_pct)
+        if full_speed:  # CPU accounting is tick-sampled: only full-speed runs are meaningful
+            self.other_cpu = max(self.other_cpu, run.share(run.other_cpu))
+            total = run.machine.total
+            self.steal = max(self.steal, 100.0 * run.machine.steal / total if total else 0.0)
+
+
+class CheckFailed(RuntimeError):
+    pass
+
+
+Recorder = Callable[[str, float | None], None]  # records one figure of the server being measured
+
+
+@dataclass
+class Bench:
+    opts: Options
+    workdir: Path
+    files: QueryFiles
+    placement: Placement
+    results: report.Results
+    upstream: peers.Process | None = None
+    running: list[peers.Process] = field(default_factory=list)
+
+    def start_upstream(self) -> None:
+        spec = peers.nsd(self.workdir, self.opts.port)
+        self.upstream = peers.start(spec, self.workdir, self.placement.load)
+        self.running.append(self.upstream)
+        startup = peers.wait_serving(self.upstream, self.workdir)
+        log(f"nsd on {spec.addr}:{spec.port} answered {startup * 1000:.0f} ms after exec")
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.running):
+            proc.stop()
+        self.running.clear()
+
+    def run_round(self, round_no: int) -> None:
+        assert self.upstream is not None
+        upstream = f"{self.upstream.spec.addr}:{self.upstream.spec.port}"
+        for name, addr, factory in peers.PEERS:
+            if name not in self.opts.servers or self.results.notes.get(name, "").startswith("skipped"):
+                continue
+            spec = factory(self.workdir, addr, self.opts.port, upstream)
+            if name == "coredns" and shutil.which(spec.binary) is None:
+                self.results.notes[name] = "skipped: no coredns binary on PATH"
+                continue
+            if spec.note:
+                self.results.notes.setdefault(name, spec.note)
+            busy = wait_quiet()
+            self.results.record(name, round_no, "busy_at_start", busy)
+            if busy >= QUIET_BUSY:
+                log(f"  other work keeps {busy:.0f} % of a CPU busy: measuring {name} anyway")
+            began = time.monotonic()
+            try:
+                self.measure_server(round_no, spec)
+            except (peers.StartError, measure.DnsperfError, CheckFailed, subprocess.TimeoutExpired,
+                    TimeoutError) as err:
+                self.results.fail(name, round_no, str(err)[:400])
+                log(f"  {name}: FAILED: {err}")
+            else:
+                log(f"  {name}: done in {time.monotonic() - began:.0f} s")
+
+    def measure_server(self, round_no: int, spec: peers.Spec) -> None:
+        proc = peers.start(spec, self.workdir, self.placement.server)
+        self.running.append(proc)
+        try:
+            self._measure(round_no, proc)
+        finally:
+            proc.stop()
+            self.running.remove(proc)
+
+    def _measure(self, round_no: int, proc: peers.Process) -> None:
+        spec, files, validity = proc.spec, self.files, Validity()
+
+        def rec(key: str, value: float | None) -> None:
+            self.results.record(spec.name, round_no, key, value)
+
+        rec("startup_ms", peers.wait_serving(proc, self.workdir) * 1000)
+        time.sleep(SETTLE)
+        rec("rss_idle", measure.memory_mib(proc.pids())[0])
+        problems = measure.check_answers(spec.addr, spec.port,
+                                         [f"www.{peers.ZONE}", f"check-{round_no}.{peers.ZONE}"])
+        if problems:
+            raise CheckFailed(f"wrong answers before the runs: {'; '.join(problems)}")
+
+        self._load(proc, round_no, "warm", files.hit, validity, once=True, limit=10.0)
+        hit = self._load(proc, round_no, "hit", files.hit, validity)
+        rec("hit_qps", hit.result.qps)
+        rec("hit_qcpu", hit.q_per_cpu_s)
+        rec("hit_server_cpu", hit.share(hit.server_cpu))
+        rec("hit_dnsperf_cpu", hit.share(hit.dnsperf_cpu))
+        self._latency(proc, round_no, "hit", files.hit, validity, rec)
+
+        fill = self._load(proc, round_no, "fill", files.fill, validity, once=True, limit=FILL_LIMIT)
+        rec("fill_qps", fill.result.qps)
+        time.sleep(SETTLE)
+        rss, hwm = measure.memory_mib(proc.pids())
+        if fill.result.completed == FILL_NAMES:
+            rec("rss_100k", rss)
+            rec("hwm_100k", hwm)
+        else:  # a memory figure for fewer names would flatter the server
+            self.results.fail(spec.name, round_no, f"fill answered {fill.result.completed} of "
+                              f"{FILL_NAMES} names in {FILL_LIMIT:g} s: no RSS-after-100k figure")
+
+        miss = self._load(proc, round_no, "miss", files.miss, validity, once=True)
+        rec("miss_qps", miss.result.qps)
+        rec("miss_qcpu", miss.q_per_cpu_s)
+        rec("miss_server_cpu", miss.share(miss.server_cpu))
+        rec("miss_upstream_cpu", miss.share(miss.upstream_cpu))
+        rec("miss_lat_qps", self._latency(proc, round_no, "miss", files.miss_latency, validity, rec))
+        rec("hwm_end", measure.memory_mib(proc.pids())[1])
+
+        rec("lost", validity.lost)
+        rec("noerror_min", validity.noerror_min)
+        rec("other_cpu", validity.other_cpu)
+        rec("steal", validity.steal)
+        log(f"  {spec.name}: hit {hit.result.qps:.0f} qps, miss {miss.result.qps:.0f} qps, "
+            f"RSS {rss:.1f} MiB after the fill")
+
+    def _latency(self, proc: peers.Process, round_no: int, kind: str, names: Path,
+                 validity: Validity, rec: Recorder) -> float:
+        """Percentiles at the fixed rate; returns the rate reached (below it: a queue was measured)."""
+        run = self._load(proc, round_no, f"{kind}-latency", names, validity, once=kind == "miss",
+                         rate=self.opts.rate)
+        for key, p in (("p50", 50), ("p99", 99), ("p999", 99.9)):
+            rec(f"{kind}_{key}", run.result.percentile(p))
+        return run.result.qps
+
+    def _load(self, proc: peers.Process, round_no: int, kind: str, names: Path, validity: Validity,
+              *, once: bool = False, rate: int | None = None, limit: float | None = None) -> measure.Run:
+        assert self.upstream is not None
+        spec = proc.spec
+        argv = measure.dnsperf_argv(spec.addr, spec.port, names, limit or self.opts.seconds,
+                                    once=once, rate=rate, verbose=rate is not None)
+        logfile = self.workdir / "logs" / f"r{round_no + 1}-{spec.name}-{kind}.txt"
+        logfile.parent.mkdir(exist_ok=True)
+        run = measure.run_dnsperf(argv, self.placement.load, proc.pids(), self.upstream.pids(), logfile)
+        if not proc.alive():
+            raise CheckFailed(f"{spec.name} exited during the {kind} run")
+        if run.result.completed == 0:
+            raise CheckFailed(f"no query answered in the {kind} run")
+        validity.add(run, full_speed=rate is None and kind != "warm")
+        return run
+
+
+def wait_quiet() -> float:
+    """Wait, at most QUIET_WAIT, for half a second in which the machine is nearly idle.
+
+    On a shared VM other work comes in bursts (test suites); starting a server in a lull
+    keeps more runs clean. Returns the busy % of one CPU in the last half second.
+    """
+    busy = 100.0
+    deadline = time.monotonic() + QUIET_WAIT
+    for _ in range(int(QUIET_WAIT / 0.5) + 1):
+        before = measure.machine_cpu()
+        time.sleep(0.5)
+        busy = 100.0 * (measure.machine_cpu() - before).busy / 0.5
+        if busy < QUIET_BUSY or time.monotonic() >= deadline:
+            break
+    return busy
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def environment(opts: Options, network: str, placement: Placement) -> dict[str, str]:
+    def git(*args: str) -> str:
+        try:
+            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                                  timeout=10, check=False).stdout.strip()
+        except (OSError, subprocess.TimeoutExpired):
+            return ""
+
+    cpu_model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
+                      .splitlines() if line.startswith("model name")), "unknown")
+    # The tree under test may hold uncommitted work: a digest of its diff tells two such runs apart.
+    diff = git("diff", "HEAD", "--", "src")
+    dirty = f" + uncommitted src changes (diff sha256 {hashlib.sha256(diff.encode()).hexdigest()[:12]})" \
+        if diff else ""
+    env = {
+        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
+        "machine": f"{os.cpu_count()} CPUs ({cpu_model}), kernel {platform.release()}",
+        "network": network,
+        "placement": (f"server on CPU {placement.server}; dnsperf and NSD on CPU {placement.load}"
+                      if placement.server is not None else "not pinned (fewer than 2 CPUs)"),
+        "runs": f"{opts.rounds} round(s), dnsperf -l {opts.seconds:g} -c 4 -q 100 -t 2; "
+                f"latency runs at -Q {opts.rate}",
+        "rate": str(opts.rate),
+        "splitdns": f"git {git('rev-parse', '--short', 'HEAD') or '?'}{dirty}, "
+                    f"Python {platform.python_version()}",
+    }
+    for binary in ("dnsperf", "nsd", "unbound", "dnsmasq", "dnsdist", "coredns"):
+        env[binary] = peers.version(binary)
+    return env
+
+
+def run(opts: Options, network: str) -> int:
+    began = time.monotonic()
+    placement = Placement.choose()
+    results = report.Results(opts.rounds, env=environment(opts, network, placement))
+    workdir = Path(tempfile.mkdtemp(prefix="splitdns-bench-"))
+    bench = Bench(opts, workdir, QueryFiles.write(workdir / "queries", opts), placement, results)
+    rounds_done = 0
+    try:
+        bench.start_upstream()
+        for round_no in range(opts.rounds):
+            if time.monotonic() - began > BUDGET:
+                log(f"time budget of {BUDGET / 60:.0f} min spent: no more rounds")
+                break
+            log(f"round {round_no + 1}/{opts.rounds}")
+            bench.run_round(round_no)
+            rounds_done += 1
+    except KeyboardInterrupt:
+        log("interrupted: stopping every server started; nothing written")
+        return 130
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # a second Ctrl-C must not skip the clean-up
+        bench.stop_all()
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if opts.keep:
+            log(f"work directory kept: {workdir}")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+    results.env["rounds_done"] = str(rounds_done)
+    results.env["duration"] = f"{(time.monotonic() - began) / 60:.1f} min"
+    print(report.console(results))
+    md, png = report.write(results, opts.out)
+    log(f"wrote {md}" + (f" and {png}" if png else " (no chart: matplotlib is not installed)"))
+    return 0 if results.values(report.REFERENCE, "hit_qps") else 1
+
+
+def _terminate(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt  # SIGTERM cleans up exactly like Ctrl-C
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    opts = parse_args(argv)
+    network = enter_netns(opts, argv)
+    signal.signal(signal.SIGTERM, _terminate)
+    # Started from a non-interactive shell with `&`, SIGINT arrives ignored: Ctrl-C must still work.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    return run(opts, network)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
