@@ -117,3 +117,16 @@ def test_compression_attacks_are_rejected() -> None:
         assert reply.read(sent, head + bad + rr) is None
     assert reply.read(sent, head + b"\x40abc" + rr) is None  # label type 64
     assert reply.read(sent, head + b"\xc0\x0c" + rr + b"\x00") is None  # trailing byte
+
+
+@given(replies())
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_owners_of_authority_and_additional_match_dnspython(
+        case: tuple[bytes, bytes, dns.message.Message]) -> None:
+    sent, data, _ = case
+    got = reply.read(sent, data)
+    assert got is not None
+    parsed = dns.message.from_wire(data)
+    expected = sorted(r.name.canonicalize().to_wire() for s in (parsed.authority, parsed.additional)
+                      for r in s for _ in r)
+    assert sorted(set(got.owners)) == sorted(set(expected))

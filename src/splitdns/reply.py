@@ -34,11 +34,12 @@ class Unusual(Exception):
 class Reply:
     """What the core needs to know of a valid upstream reply."""
 
-    __slots__ = ("ancount", "arcount", "data", "flags", "min_ttl", "nscount", "offsets",
+    __slots__ = ("ancount", "arcount", "data", "flags", "min_ttl", "nscount", "offsets", "owners",
                  "qdcount", "rcode_value", "soa_ttl", "stored")
 
     def __init__(self, data: bytes, flags: int, rcode: int, counts: tuple[int, int, int, int],
-                 min_ttl: int | None, soa_ttl: int | None, stored: bytes, offsets: tuple[int, ...]) -> None:
+                 min_ttl: int | None, soa_ttl: int | None, stored: bytes, offsets: tuple[int, ...],
+                 owners: tuple[bytes, ...] = ()) -> None:
         self.data = data
         self.flags = flags
         self.rcode_value = rcode
@@ -47,6 +48,7 @@ class Reply:
         self.soa_ttl = soa_ttl      # min(TTL, MINIMUM) of the authority's SOA (RFC 2308)
         self.stored = stored        # the reply without OPT, ID zero: what the cache keeps
         self.offsets = offsets      # where each TTL sits in `stored`
+        self.owners = owners        # lower-cased owner names in authority and additional (not OPT)
 
     def rcode(self) -> int:
         return self.rcode_value
@@ -88,6 +90,7 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) ->
     min_ttl: int | None = None
     soa_ttl: int | None = None
     opt_start = -1
+    owners: list[bytes] = []
     rcode = flags & wire.RCODE_MASK
     total = ancount + nscount + arcount
     for index in range(total):
@@ -108,6 +111,8 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) ->
         elif rtype in (T_TSIG, T_TKEY, T_SIG):
             raise Unusual(rtype)
         else:
+            if index >= ancount:
+                owners.append(owner(data, start))
             offsets.append(pos + 4)
             value = ttl(rttl)
             min_ttl = value if min_ttl is None else min(min_ttl, value)
@@ -122,7 +127,19 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) ->
         if any(off > opt_start for off in offsets):
             raise Unusual("OPT is not the last record")
         stored = wire.HEADER.pack(0, flags, qdcount, ancount, nscount, arcount - 1) + data[12:opt_start]
-    return Reply(data, flags, rcode, counts, min_ttl, soa_ttl, stored, tuple(offsets))
+    return Reply(data, flags, rcode, counts, min_ttl, soa_ttl, stored, tuple(offsets), tuple(owners))
+
+
+def owner(data: bytes, pos: int) -> bytes:
+    """The lower-cased, uncompressed wire form of a name already checked by `_name`."""
+    out = bytearray()
+    while data[pos]:
+        if data[pos] >= 0xC0:
+            pos = ((data[pos] & 0x3F) << 8) | data[pos + 1]
+            continue
+        out += data[pos:pos + 1 + data[pos]]
+        pos += 1 + data[pos]
+    return bytes(out.lower()) + b"\x00"
 
 
 def _name(data: bytes, pos: int, n: int) -> int:
