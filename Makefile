@@ -9,7 +9,7 @@ BIN := $(VENV)/bin
 DEBIAN_PACKAGES := bind9-dnsutils knot-dnsutils dnsperf nsd unbound dnsmasq-base openvpn \
 	iptables iproute2 procps psmisc openssl python3-venv
 
-.PHONY: run test venv deps-debian lint typecheck pytest lab-up lab-down lab-status clean
+.PHONY: run test test-hostile venv deps-debian lint typecheck pytest lab-up lab-down lab-status clean
 
 run: venv
 	$(BIN)/splitdns demo
@@ -44,6 +44,18 @@ typecheck: venv
 
 pytest: venv
 	$(BIN)/python -m pytest -q
+
+# The hostile catalogue (research/reliability-anchors.md 6): the core set, the slow rest
+# (@pytest.mark.hostile), then a 10-minute soak with faults on a schedule; figures in results/hostile.md.
+test-hostile: deps-debian venv
+	@mkdir -p results && rm -f results/hostile-figures.txt
+	@status=0; \
+	SPLITDNS_FIGURES=results/hostile-figures.txt $(BIN)/python -m pytest -q -s -m "hostile or not hostile" \
+		tests/test_hostile_spoofing.py tests/test_hostile_upstream.py tests/test_hostile_clients.py \
+		tests/test_hostile_cache_load.py tests/test_properties.py || status=$$?; \
+	$(BIN)/python -m tests.hostile_soak --minutes 10 --figures results/hostile-figures.txt \
+		--out results/hostile.md || status=$$?; \
+	exit $$status
 
 lab-up: deps-debian venv
 	$(BIN)/python -m tests.lab up

@@ -118,3 +118,26 @@ def test_a_pushed_server_that_is_ourselves_is_caught(tmp_path: Path) -> None:
             ask(r.port, "db.svc.acme.internal.")[2]) else None)
         assert "pushed 127.0.0.1" in r.stderr() and r.process.poll() is None
         assert ask(r.port, "kubernetes.default.svc.cluster.local.")[0] == "NOERROR"
+
+
+def test_pushed_domains_are_routed_to_the_tunnel_zone(tmp_path: Path) -> None:
+    """`openvpn { domains }`: the block also owns what the VPN server says it resolves."""
+    state = tmp_path / "openvpn.json"
+    text = corefile("{cluster}", state).replace(f"state {state}", f"state {state}\n        domains")
+    corp = [{"suffix": ".", "records": ["{qname} 60 IN A 192.168.240.30"]}]
+    with scripted_upstream(tmp_path, ANSWER, "127.0.0.21") as cluster, \
+            scripted_upstream(tmp_path, corp, "127.0.0.22") as vpn, \
+            splitdns_serve(tmp_path, text.replace("{cluster}", cluster.target)) as r:
+        catch_all = ask(r.port, "api.corp.example.")[2]
+        assert catch_all.answer[0].to_text().endswith("192.168.240.10")
+        hook(state, "up", dns_server_1_address_1=vpn.addr, dns_server_1_port_1=str(vpn.port),
+             dns_server_1_resolve_domain_1="corp.example")
+
+        def routed() -> bool | None:
+            answer = ask(r.port, "www.corp.example.")[2].answer
+            return True if answer and answer[0].to_text().endswith("192.168.240.30") else None
+
+        poll_until("the pushed domain", 2, routed)
+        assert [q["qname"] for q in vpn.queries() if "qname" in q][-1] == "www.corp.example."
+        # The Corefile's own zones keep their owners: the catch-all still answers other names.
+        assert ask(r.port, "www.example.com.")[2].answer[0].to_text().endswith("192.168.240.10")

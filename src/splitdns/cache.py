@@ -21,7 +21,7 @@ SUCCESS, DENIAL, SERVFAIL = "success", "denial", "servfail"
 
 
 class Entry:
-    __slots__ = ("expires", "kind", "offsets", "stale_until", "stored", "ttl", "wire")
+    __slots__ = ("expires", "kind", "offsets", "refresh_after", "stale_until", "stored", "ttl", "wire")
 
     def __init__(self, stored: bytes, offsets: tuple[int, ...], kind: str, ttl: float,
                  now: float, stale: float) -> None:
@@ -32,6 +32,7 @@ class Entry:
         self.stored = now
         self.expires = now + ttl
         self.stale_until = self.expires + stale
+        self.refresh_after = 0.0  # while stale: no upstream refresh before this (RFC 8767 recheck)
 
     def remaining(self, now: float) -> int:
         """TTL to serve: counts down from the stored duration; 0 once stale."""
@@ -57,9 +58,19 @@ class Cache:
         return {"success": len(self._success), "denial": len(self._denial)}
 
     def get(self, key: bytes, now: float) -> Entry | None:
-        """A fresh entry, or None. Expired entries stay for serve_stale, then go."""
-        entry = self._success.get(key) or self._denial.get(key)
-        if entry is None or now < entry.expires:
+        """A fresh entry, or None. Expired entries stay for serve_stale, then go.
+
+        A hit moves the entry to the back of the eviction order (least recently used goes
+        first), so a hot set survives a flood of names asked once."""
+        table = self._success
+        entry = table.get(key)
+        if entry is None:
+            table = self._denial
+            entry = table.get(key)
+            if entry is None:
+                return None
+        if now < entry.expires:
+            table.move_to_end(key)
             return entry
         if now >= entry.stale_until:
             self._forget(key, entry)
@@ -99,7 +110,7 @@ class Cache:
         return entry
 
     def _evict(self, table: OrderedDict[bytes, Entry]) -> None:
-        key, entry = table.popitem(last=False)  # O(1); `del d[next(iter(d))]` is O(n) on a dict
+        key, entry = table.popitem(last=False)  # the least recently used; O(1) on an OrderedDict
         self.bytes -= _cost(key, entry)
         self.evictions += 1
 

@@ -7,7 +7,6 @@ import sys
 from collections.abc import Sequence
 
 from splitdns import __version__
-from splitdns.commands import check, demo, explain, openvpn_hook, render, serve, verify
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -28,7 +27,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="The Corefile to load (default: ./Corefile).")
     p.add_argument("-dns.port", "--dns-port", dest="port", type=int, default=53,
                    help="The port of server blocks whose keys name none (default: 53).")
-    p.set_defaults(run=lambda a: serve.run(a.conf, a.port))
+    p.set_defaults(run=_serve)
 
     p = commands.add_parser(
         "demo", help="Run the resolver with built-in upstreams on loopback, to try with dig.",
@@ -37,7 +36,7 @@ def _parser() -> argparse.ArgumentParser:
                     "zone svc.acme.internal), and print dig commands to try.")
     p.add_argument("--port", type=int, default=53,
                    help="Port on 127.0.0.1 (default 53; falls back to 5300 if 53 is taken).")
-    p.set_defaults(run=lambda a: demo.run(a.port))
+    p.set_defaults(run=_demo)
 
     _add_check(commands)
     _add_render(commands)
@@ -69,7 +68,7 @@ def _add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                    help="text (default) or json: a list of {file, line, code, severity, message, why, fix}.")
     p.add_argument("--brief", action="store_true",
                    help="Text output without the why and fix lines.")
-    p.set_defaults(run=lambda a: check.run(a.files, a.resolver, a.kube_version, a.output, not a.brief))
+    p.set_defaults(run=_check)
 
 
 def _add_render(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -121,12 +120,7 @@ def _add_render(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
     p.add_argument("--output-dir", metavar="DIR", help="Write the files into DIR instead of stdout.")
-
-    def run(a: argparse.Namespace) -> int:
-        fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
-        return render.run(render.Request(**fields))
-
-    p.set_defaults(run=run)
+    p.set_defaults(run=_render)
 
 
 def _add_explain(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -140,7 +134,7 @@ def _add_explain(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
                    help="The Corefile (default ./Corefile).")
     p.add_argument("-dns.port", "--dns-port", dest="port", type=int, default=53,
                    help="The listener port to explain (default 53).")
-    p.set_defaults(run=lambda a: explain.run(a.name, a.conf, a.port))
+    p.set_defaults(run=_explain)
 
 
 def _add_openvpn_hook(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -155,7 +149,7 @@ def _add_openvpn_hook(commands: argparse._SubParsersAction[argparse.ArgumentPars
                     "as an up or down script.")
     p.add_argument("--state", required=True, metavar="FILE", help="The state file to write.")
     p.add_argument("openvpn_args", nargs="*", help=argparse.SUPPRESS)
-    p.set_defaults(run=lambda a: openvpn_hook.run(a.state))
+    p.set_defaults(run=_openvpn_hook)
 
 
 def _add_verify(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -194,10 +188,55 @@ def _add_verify(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
                    "replacement to be ready, and check again.")
     p.add_argument("--timeout", type=int, default=90, help="Seconds to wait for the replacement.")
     p.add_argument("--emit-observation", action="store_true", dest="emit", help=argparse.SUPPRESS)
-    p.set_defaults(run=lambda a: verify.run(verify.Options(
+    p.set_defaults(run=_verify)
+
+
+# Each command imports its module when it runs: `splitdns serve` must not pay, in start-up time
+# and memory, for what render, check or verify import (YAML, schemas, an HTTP client).
+def _serve(a: argparse.Namespace) -> int:
+    from splitdns.commands import serve
+
+    return serve.run(a.conf, a.port)
+
+
+def _demo(a: argparse.Namespace) -> int:
+    from splitdns.commands import demo
+
+    return demo.run(a.port)
+
+
+def _check(a: argparse.Namespace) -> int:
+    from splitdns.commands import check
+
+    return check.run(a.files, a.resolver, a.kube_version, a.output, not a.brief)
+
+
+def _render(a: argparse.Namespace) -> int:
+    from splitdns.commands import render
+
+    fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
+    return render.run(render.Request(**fields))
+
+
+def _explain(a: argparse.Namespace) -> int:
+    from splitdns.commands import explain
+
+    return explain.run(a.name, a.conf, a.port)
+
+
+def _openvpn_hook(a: argparse.Namespace) -> int:
+    from splitdns.commands import openvpn_hook
+
+    return openvpn_hook.run(a.state)
+
+
+def _verify(a: argparse.Namespace) -> int:
+    from splitdns.commands import verify
+
+    return verify.run(verify.Options(
         names=a.names, tcp=a.tcp, port=a.port, conf=a.conf, resolv_conf=a.resolv_conf, out=a.out,
         emit=a.emit, kubectl=a.kubectl, namespace=a.namespace, container=a.container,
-        replace=a.replace, timeout=a.timeout)))
+        replace=a.replace, timeout=a.timeout))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

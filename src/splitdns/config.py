@@ -131,6 +131,8 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
                 zone_names, port = _key(key, text, default_port)
                 zones.extend(zone_names)
                 ports.add(port)
+    if not zones:
+        raise ConfigError(sb.where, "a server block needs a zone before its '{' (\".\" for every name)")
     if len(ports) > 1:
         raise ConfigError(sb.where, "all keys of one server block must use the same port")
     seen: dict[str, corefile.Statement] = {}
@@ -205,7 +207,7 @@ def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], 
         host, _, port_text = rest.rpartition(":")
         if not port_text:
             raise ConfigError(where, f"{text!r}: a ':' with no port after it")
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        if not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
             raise ConfigError(where, f"{text!r}: {port_text!r} is not a port number")
         port = int(port_text)
     if not host:

@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 
 import dns.rcode
 import dns.rdatatype
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from splitdns import config, corefile, http, logs, metrics, openvpn, resolve
 from splitdns.directives.forward import Upstream
@@ -68,6 +67,7 @@ class Runtime:
         await self.server.start()
         self.process.dropped_mismatched = lambda: self.server.counters.mismatched
         self.process.dropped_unparseable = lambda: self.server.counters.unparseable
+        self.process.internal_errors = lambda: self.server.internal_errors
         try:
             await self._open_endpoints()
         except OSError:
@@ -115,8 +115,11 @@ class Runtime:
         if cfg.ready is not None:
             routes.setdefault((cfg.ready.host, cfg.ready.port), {})["/ready"] = self._ready
         if cfg.prometheus:
-            collector = metrics.ServerCollector(self._zones_for_metrics, self.process)
-            registry = metrics.registry(collector)
+            from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+            from splitdns import exposition
+
+            registry = exposition.registry(exposition.ServerCollector(self._zones_for_metrics, self.process))
 
             def scrape(_: dict[str, list[str]]) -> http.Response:
                 return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
@@ -276,6 +279,8 @@ class Runtime:
             if zone.block.openvpn != spec:
                 continue
             zone.tunnel = state
+            if spec.domains and state.pushed.domains:
+                self.server.learn_zones(zone, state.pushed.domains)
             ups = [Upstream(host, port, "pushed by the VPN server") for host, port in state.pushed.servers]
             changed = any(f.set_upstreams(ups) for f in zone.forwards if f.spec.tunnel)
             if changed and ups:

@@ -2,9 +2,11 @@
 
 Rules (miekg/dns and Unbound agree, see research/reliability-anchors.md 2.5): nothing at
 all for fewer than 12 bytes or for a packet with QR set (any reply could amplify an
-attack); NOTIMP for an opcode other than QUERY; FORMERR for anything that does not parse
-or does not hold exactly one question; BADVERS for an EDNS version other than 0; REFUSED
-for a class other than IN. Pure: no sockets, no clock.
+attack); NOTIMP for an opcode other than QUERY; FORMERR for anything that does not parse,
+does not hold exactly one question, or carries answer or authority records or more than
+two additional records (an OPT and a TSIG at most, as miekg/dns); BADVERS for an EDNS
+version other than 0; REFUSED for a class other than IN and for the meta types (OPT,
+AXFR, IXFR, TSIG, TKEY, MAILA, MAILB: `wire.is_meta_type`). Pure: no sockets, no clock.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ import dns.rdatatype
 from splitdns import wire
 
 Verdict = wire.Query | bytes | None  # a query to resolve, a reply to send now, or silence
+MAX_ADDITIONAL = 2  # ARCOUNT above this is FORMERR (miekg/dns: an OPT and a TSIG at most)
 
 
 def read(data: bytes) -> Verdict:
@@ -41,6 +44,8 @@ def _read_slow(data: bytes) -> Verdict:
         return None
     if flags & wire.OPCODE_MASK:
         return _header_only(qid, flags, dns.rcode.NOTIMP)
+    if struct.unpack_from("!H", data, 10)[0] > MAX_ADDITIONAL:
+        return _header_only(qid, flags, dns.rcode.FORMERR)
     try:
         msg = dns.message.from_wire(data, ignore_trailing=False)
     except dns.message.BadEDNS:
@@ -55,8 +60,8 @@ def _read_slow(data: bytes) -> Verdict:
         return _with_question(msg, question, dns.rcode.BADVERS)
     if rrset.rdclass != dns.rdataclass.IN:
         return _with_question(msg, question, dns.rcode.REFUSED)
-    if rrset.rdtype == dns.rdatatype.OPT:
-        return _with_question(msg, question, dns.rcode.FORMERR)
+    if wire.is_meta_type(rrset.rdtype):
+        return _with_question(msg, question, dns.rcode.REFUSED)
     do = bool(msg.ednsflags & dns.flags.DO)
     payload = max(msg.payload, wire.PLAIN_PAYLOAD) if msg.edns == 0 else wire.PLAIN_PAYLOAD
     name = _name_wire(rrset.name.canonicalize())

@@ -31,9 +31,14 @@ marked down (more than `max_fails` failures in a row) and skipped until a health
 gets a reply; when all are down, `failfast_all_unhealthy_upstreams` answers SERVFAIL at
 once, else one is tried anyway, as in CoreDNS.
 
-A good reply is stored in the cache (if it may be) and rendered for each waiting client.
-A UDP reply larger than the client can take is replaced by a truncated one (TC set),
-so the client retries over TCP.
+A good reply first loses the authority and additional records that another zone owns
+(`scrub`: the catch-all's server does not speak for the tunnel's names), then is stored in
+the cache (if it may be) and rendered for each waiting client. A UDP reply larger than the
+client can take is replaced by a truncated one (TC set), so the client retries over TCP.
+
+An expired entry within serve_stale's window is answered at once with a 30 s TTL while one
+refresh goes upstream; after a refresh is tried, the next waits STALE_RECHECK (RFC 8767),
+so a dead upstream is not asked again by every client of a stale name.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from dataclasses import dataclass, field
 import dns.exception
 import dns.message
 import dns.rcode
+import dns.rrset
 
 from splitdns import wire
 from splitdns.cache import Cache, Entry
@@ -60,6 +66,7 @@ EDE_NOT_READY = 14
 EDE_PROHIBITED = 18
 
 STALE_TTL = 30  # RFC 8767 4: the TTL of a stale answer
+STALE_RECHECK = 30.0  # RFC 8767 4: after a refresh is tried, the next one waits this long
 
 
 def name_to_wire(zone: str) -> bytes:
@@ -309,6 +316,19 @@ class Zone:
             return None
         return wire.render(entry.wire, entry.offsets, STALE_TTL, q)
 
+    def refresh_due(self, q: wire.Query, now: float) -> bool:
+        """Whether a stale entry may be refreshed upstream now: once per STALE_RECHECK at most,
+        so a dead upstream is not asked again by every client of a stale name."""
+        entry = self.cache.get_stale(q.key, now) if self.cache is not None else None
+        return entry is None or now >= entry.refresh_after
+
+    def hold_refresh(self, q: wire.Query, now: float) -> None:
+        """A refresh of this stale entry starts (or failed): the next waits STALE_RECHECK.
+        A successful refresh replaces the entry, and with it this mark."""
+        entry = self.cache.get_stale(q.key, now) if self.cache is not None else None
+        if entry is not None:
+            entry.refresh_after = now + STALE_RECHECK
+
     @property
     def stale_first(self) -> bool:
         """serve_stale `immediate` (the default): answer stale at once, refresh behind."""
@@ -324,12 +344,37 @@ class Zone:
         return render_passthrough(done.reply, done.msg, q)
 
 
+def scrub(done: Done, zone: Zone, router: Router) -> Done:
+    """The reply without authority and additional records another zone owns.
+
+    An upstream speaks only for its own zone: the catch-all's server must not hand the client
+    an NS or address for a name the tunnel or cluster zone owns (Unbound's scrub_sanitize, in
+    split-DNS terms). The answer section is kept as it is: it answers the question asked.
+    """
+    msg = done.msg
+    if done.reply is None or msg is None or not (msg.authority or msg.additional):
+        return done
+
+    def ours(rrset: dns.rrset.RRset) -> bool:
+        return router.route(rrset.name.canonicalize().to_wire() or b"\x00") is zone
+
+    authority = [r for r in msg.authority if ours(r)]
+    additional = [r for r in msg.additional if ours(r)]
+    if len(authority) == len(msg.authority) and len(additional) == len(msg.additional):
+        return done
+    msg.authority, msg.additional = authority, additional
+    return Done(msg.to_wire(), msg, done.rcode, done.error, done.ede)
+
+
 def render_passthrough(reply: bytes, msg: dns.message.Message, q: wire.Query) -> bytes:
     indexed = wire.index_reply(reply)
     if indexed is not None:
         return wire.render(indexed[0], indexed[1], None, q)
     out = dns.message.Message(q.id)  # dnspython path for replies we do not index by hand
-    out.flags = (msg.flags & ~(wire.RD | wire.CD)) | (q.flags & (wire.RD | wire.CD))
+    # The same flags as wire.render: the client's RD/CD, no TC, AD only for clients that asked.
+    out.flags = (msg.flags & ~(wire.RD | wire.CD | wire.TC)) | (q.flags & (wire.RD | wire.CD))
+    if not (q.do or q.flags & wire.AD):
+        out.flags &= ~wire.AD
     out.set_rcode(msg.rcode())
     out.question = msg.question
     out.answer, out.authority, out.additional = msg.answer, msg.authority, msg.additional
@@ -344,9 +389,24 @@ class Router:
 
     def __init__(self, zones: Iterable[Zone]) -> None:
         self.table: dict[bytes, Zone] = {}
+        self.learned: dict[bytes, Zone] = {}
         for zone in zones:
             for name in zone.block.zones:
                 self.table[name_to_wire(name)] = zone
+
+    def owns(self, zone: Zone) -> bool:
+        return any(z is zone for z in self.table.values())
+
+    def learn(self, zone: Zone, names: Iterable[str]) -> None:
+        """Route these names to `zone` too (domains the VPN pushed); a block of the Corefile
+        that names the same zone keeps it. Replaces what was learned for `zone` before."""
+        for key in [k for k, z in self.learned.items() if z is zone]:
+            del self.learned[key]
+            del self.table[key]
+        for name in names:
+            key = name_to_wire(name)
+            if key not in self.table:
+                self.table[key] = self.learned[key] = zone
 
     def route(self, name: bytes) -> Zone | None:
         table = self.table
@@ -360,8 +420,13 @@ class Router:
 
 
 def parse_reply(sent: bytes, data: bytes) -> dns.message.Message | None:
-    """An upstream reply that passed `wire.reply_matches`, parsed fully; None if it does not parse."""
+    """An upstream reply that passed `wire.reply_matches`, parsed fully; None if it does not parse,
+    or if it could not answer our query: an EDNS version we did not send (we send 0), or an
+    rcode no QUERY reply can carry (11-15: DSO's, then unassigned). Dropped, as no reply."""
     try:
-        return dns.message.from_wire(data, ignore_trailing=False)
+        msg = dns.message.from_wire(data, ignore_trailing=False)
     except (dns.exception.DNSException, ValueError, IndexError):
         return None
+    if msg.edns > 0 or 11 <= msg.rcode() <= 15:
+        return None
+    return msg

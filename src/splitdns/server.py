@@ -29,6 +29,9 @@ from splitdns.config import Block, Config
 TCP_IDLE_TIMEOUT = 10.0      # CoreDNS: idle 10 s, read 3 s
 TCP_READ_TIMEOUT = 3.0
 UDP_READS_PER_WAKEUP = 64
+# A burst of clients at once (a herd at expiry) must queue, not drop: the kernel's default
+# of about 200 KiB holds some 200 queries. The kernel caps this at net.core.rmem_max.
+UDP_RECEIVE_BUFFER = 4 * 1024 * 1024
 PROBE_TIMEOUT = 1.0
 
 
@@ -123,6 +126,7 @@ class Server:
         sock = socket.socket(family, socket.SOCK_DGRAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_RECEIVE_BUFFER)
             sock.bind((listener.host, listener.port))
             sock.setblocking(False)
         except OSError:
@@ -138,6 +142,12 @@ class Server:
             listener.udp = None
             raise
         asyncio.get_running_loop().add_reader(sock.fileno(), self._udp_readable, listener)
+
+    def learn_zones(self, zone: resolve.Zone, names: tuple[str, ...]) -> None:
+        """Route names the VPN pushed (`openvpn { domains }`) to the zone, on its listeners."""
+        for listener in self.listeners:
+            if listener.router.owns(zone):
+                listener.router.learn(zone, names)
 
     def _close_listener(self, listener: Listener) -> None:
         if listener.udp is not None:
@@ -265,14 +275,17 @@ class Server:
             if down is not None:
                 return down, zone
         stale = zone.stale(q, now)
-        if stale is not None and zone.stale_first:
+        if stale is not None and (zone.stale_first or not zone.refresh_due(q, now)):
             zone.stats.served_stale += 1
-            self._spawn(self._refresh(zone, fwd, q))
+            if zone.refresh_due(q, now):
+                zone.hold_refresh(q, now)
+                self._spawn(self._refresh(zone, fwd, q, listener.router))
             return stale, zone
-        done, entry = await self._merged(zone, fwd, q)
+        done, entry = await self._merged(zone, fwd, q, listener.router)
         if done.error is not None:
             self._log_error(zone.block, q, done.rcode, done.error)
             if stale is not None:
+                zone.hold_refresh(q, self.clock())  # verify mode: stale at once for a while
                 zone.stats.served_stale += 1
                 return stale, zone
         return zone.render(q, done, entry, self.clock()), zone
@@ -295,8 +308,9 @@ class Server:
             return resolve.Done(error=f"no forward in zone {zone.name} covers {name}")
         return await self._exchange(zone, fwd, q)
 
-    async def _refresh(self, zone: resolve.Zone, fwd: resolve.ForwardState, q: wire.Query) -> None:
-        done, _ = await self._merged(zone, fwd, q)
+    async def _refresh(self, zone: resolve.Zone, fwd: resolve.ForwardState, q: wire.Query,
+                       router: resolve.Router) -> None:
+        done, _ = await self._merged(zone, fwd, q, router)
         if done.error is not None:
             self._log_error(zone.block, q, done.rcode, f"refreshing a stale answer: {done.error}")
 
@@ -308,8 +322,8 @@ class Server:
         if zone.block.log is not None:
             self._log_query(zone.block, q, addr, proto, size, out, start)
 
-    async def _merged(self, zone: resolve.Zone, fwd: resolve.ForwardState,
-                      q: wire.Query) -> tuple[resolve.Done, Entry | None]:
+    async def _merged(self, zone: resolve.Zone, fwd: resolve.ForwardState, q: wire.Query,
+                      router: resolve.Router) -> tuple[resolve.Done, Entry | None]:
         """Identical queries in flight share one upstream exchange (CVE-2020-25686)."""
         key = (id(zone), q.key)
         pending = self._inflight.get(key)
@@ -325,7 +339,7 @@ class Server:
         fwd.inflight += 1
         zone.pending += 1
         try:
-            done = await self._exchange(zone, fwd, q)
+            done = resolve.scrub(await self._exchange(zone, fwd, q), zone, router)
             entry = zone.store(q, done, self.clock())
             future.set_result((done, entry))
         except BaseException as err:
@@ -372,9 +386,11 @@ class Server:
         """Probe a failing upstream until it answers (CoreDNS: any reply counts as healthy)."""
         spec = fwd.spec
         name = resolve.name_to_wire(spec.health_check_name)
+        wait = spec.health_check
         try:
             while state.fails > 0:
-                await asyncio.sleep(spec.health_check)
+                await asyncio.sleep(wait)
+                began = self.clock()
                 flags = wire.RD if spec.health_check_rd else 0
                 probe = wire.HEADER.pack(secrets.randbits(16), flags, 1, 0, 0, 0) + name + \
                     struct.pack("!HH", dns.rdatatype.NS, 1)
@@ -385,6 +401,9 @@ class Server:
                     state.fails += 1
                 else:
                     state.fails = 0
+                # One probe per interval at most, and a probe that timed out has waited its
+                # share: back to back then, so a recovery is seen within one probe timeout.
+                wait = max(0.0, spec.health_check - (self.clock() - began))
         finally:
             state.probing = False
 

@@ -83,7 +83,7 @@ def parse_query(data: bytes) -> Query | None:
         return None
     qtype, qclass = _TYPE_CLASS.unpack_from(data, pos)
     end = pos + 4
-    if qclass != CLASS_IN or qtype == TYPE_OPT:
+    if qclass != CLASS_IN or is_meta_type(qtype):
         return None
     edns, payload, do = False, PLAIN_PAYLOAD, False
     if arcount:
@@ -99,6 +99,12 @@ def parse_query(data: bytes) -> Query | None:
     elif end != n:
         return None
     return Query(qid, flags, data[12:end], data[12:pos].lower(), qtype, edns, payload, do)
+
+
+def is_meta_type(qtype: int) -> bool:
+    """OPT and the query/meta range (RFC 6895 3.1): AXFR, IXFR, TSIG, TKEY, MAILA... but not ANY.
+    A forwarder for a pod has no business relaying zone transfers or transaction keys."""
+    return qtype == TYPE_OPT or 128 <= qtype <= 254
 
 
 def _options_well_formed(data: bytes, pos: int, end: int) -> bool:
@@ -140,7 +146,11 @@ def reply_matches(sent: bytes, reply: bytes) -> bool:
     if qdcount == 0:
         return flags & RCODE_MASK not in (0, 3)
     qlen = question_length(sent)
-    return qdcount == 1 and reply[12:12 + qlen].lower() == sent[12:12 + qlen].lower()
+    # The name ignoring case; type and class exactly (lower-casing them would make qtype 65
+    # match 97, since 0x41 is "A" and 0x61 "a").
+    end = 12 + qlen - 4
+    return qdcount == 1 and reply[12:end].lower() == sent[12:end].lower() and \
+        reply[end:end + 4] == sent[end:end + 4]
 
 
 def question_length(query: bytes) -> int:

@@ -19,7 +19,7 @@ a query no rule matches gets REFUSED. Rule keys (all optional):
               "acme.internal." but not "notacme.internal."; "." matches everything
   qtype       "A", "AAAA", ...
   transport   "udp" or "tcp"
-  action      "answer" (default), "servfail", "drop", "truncate", "raw" or "close"
+  action      "answer" (default), "servfail", "drop", "truncate", "raw", "close" or "stall"
   records     answer section, zone-file lines: "db.acme.internal. 300 IN A 192.0.2.1"
   authority   authority section lines, e.g. an SOA for a negative answer
   additional  additional section lines
@@ -27,19 +27,29 @@ a query no rule matches gets REFUSED. Rule keys (all optional):
   ttl         overrides the TTL of every record of the rule
   aa          set the AA flag (default false)
   delay_ms    reply (or close) only after this delay; other queries are not held up
-  forge       {"wrong_id": N, "wrong_port": N, "wrong_question": N}: forged replies sent at
+  forge       {"wrong_id": N, "wrong_port": N, "wrong_question": N, "wrong_qtype": N,
+              "wrong_qclass": N, "qr_clear": N, "wrong_addr": N}: forged replies sent at
               once, before the genuine reply. They carry poison data (POISON_A, POISON_AAAA,
               else NXDOMAIN) so a test can tell whether a resolver swallowed one.
-              wrong_id: IDs query ID + 1, + 2, ...; wrong_port: right ID and question but
-              from another UDP source port; wrong_question: right ID and port, question
-              WRONG_QUESTION. Over TCP, wrong_id and wrong_question go as extra frames on
-              the connection (dig +tcp gives up on those) and wrong_port does not apply.
+              wrong_id: IDs query ID + 1, + 2, ... (never the query's own ID, also past
+              65535); wrong_port: right ID and question but from another UDP source port;
+              wrong_addr: the same from another address (FORGE_ADDR); wrong_question: right
+              ID and port, question WRONG_QUESTION; wrong_qtype: right name, qtype + 32
+              (so A becomes 33, and 65 becomes 97, whose ASCII letter is 65's lower case);
+              wrong_qclass: class CH; qr_clear: right everything but QR=0. Over TCP,
+              the ones with a right port go as extra frames on the connection (dig +tcp
+              gives up on those); wrong_port and wrong_addr do not apply.
+  repeat      send the genuine reply this many extra times (late duplicates)
   hex         for "raw": the exact reply bytes, as hex (whitespace allowed)
   patch_id    for "raw": overwrite the first two bytes with the query's ID
   comment     ignored
 
 "truncate" replies over UDP with TC=1 and no records, over TCP with the full answer.
 "close" closes a TCP connection without replying; over UDP it is "drop" after delay_ms.
+"stall" over TCP sends one byte of the two-byte length prefix and then nothing, keeping the
+connection open until the client closes it (logged as {"tcp_closed": true, "after", "t",
+"src"}); over UDP it is "drop".
+"records" lines may use the owner name {qname}: it becomes the question's name as received.
 An answer too big for the client's UDP size (512 without EDNS) is sent truncated, as a
 real server would. Replies to EDNS queries carry EDNS (payload 1232) and echo DO; CD and
 the question (case included) are echoed.
@@ -93,18 +103,24 @@ POISON_AAAA = "2001:db8::66"
 POISON_TTL = 3600
 POISON = {dns.rdatatype.A: POISON_A, dns.rdatatype.AAAA: POISON_AAAA}
 WRONG_QUESTION = dns.name.from_text("forged.invalid.")
+QNAME_TEMPLATE = dns.name.from_text("{qname}.")
+# wrong_addr forgeries come from here: loopback, but not the address the resolver asked.
+FORGE_ADDR = "127.0.0.253"
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 # With --port 0 another process may hold the TCP side of the port UDP picked; retry a bit.
 BIND_ATTEMPTS = 64
 
-ACTIONS = frozenset({"answer", "servfail", "drop", "truncate", "raw", "close"})
+ACTIONS = frozenset({"answer", "servfail", "drop", "truncate", "raw", "close", "stall"})
 RULE_KEYS = frozenset(
     {
         "qname", "suffix", "qtype", "transport", "action", "records", "authority",
         "additional", "rcode", "ttl", "aa", "delay_ms", "forge", "hex", "patch_id", "comment",
+        "repeat",
     }
 )  # fmt: skip
-FORGE_KEYS = frozenset({"wrong_id", "wrong_port", "wrong_question"})
+FORGE_KEYS = frozenset(
+    {"wrong_id", "wrong_port", "wrong_question", "wrong_qtype", "wrong_qclass", "qr_clear", "wrong_addr"}
+)
 
 Record = dict[str, Any]
 
@@ -118,6 +134,10 @@ class Forge:
     wrong_id: int = 0
     wrong_port: int = 0
     wrong_question: int = 0
+    wrong_qtype: int = 0
+    wrong_qclass: int = 0
+    qr_clear: int = 0
+    wrong_addr: int = 0
 
 
 @dataclass(frozen=True)
@@ -136,6 +156,7 @@ class Rule:
     forge: Forge = field(default_factory=Forge)
     raw: bytes = b""
     patch_id: bool = False
+    repeat: int = 0
 
     def matches(self, qname: dns.name.Name, qtype: int, transport: str) -> bool:
         # dns.name comparisons ignore case, which is what DNS matching wants.
@@ -200,6 +221,7 @@ def build_rule(raw: dict[str, Any]) -> Rule:
         forge=parse_forge(raw.get("forge", {})),
         raw=bytes.fromhex(raw.get("hex", "")),
         patch_id=bool(raw.get("patch_id", False)),
+        repeat=int(raw.get("repeat", 0)),
     )
 
 
@@ -276,10 +298,18 @@ def answer_message(query: dns.message.Message, rule: Rule) -> dns.message.Messag
     response = new_response(query, rule.rcode)
     if rule.aa:
         response.flags |= dns.flags.AA
-    response.answer = list(rule.records)
+    name = query.question[0].name
+    response.answer = [with_owner(r, name) for r in rule.records]
     response.authority = list(rule.authority)
     response.additional = list(rule.additional)
     return response
+
+
+def with_owner(rrset: dns.rrset.RRset, qname: dns.name.Name) -> dns.rrset.RRset:
+    """The record as scripted, its owner {qname} replaced by the question's name."""
+    if rrset.name != QNAME_TEMPLATE:
+        return rrset
+    return dns.rrset.from_rdata_list(qname, rrset.ttl, list(rrset))
 
 
 def truncated_wire(query: dns.message.Message) -> bytes:
@@ -294,21 +324,31 @@ def udp_limit(query: dns.message.Message) -> int:
 
 
 def forged_message(
-    query: dns.message.Message, msg_id: int, qname: dns.name.Name | None = None
+    query: dns.message.Message,
+    msg_id: int,
+    qname: dns.name.Name | None = None,
+    rdtype: int | None = None,
+    rdclass: int | None = None,
+    qr: bool = True,
 ) -> bytes:
     question = query.question[0]
     response = new_response(query)
     response.id = msg_id & 0xFFFF
     name = question.name if qname is None else qname
-    if qname is not None:
-        response.question = [dns.rrset.RRset(qname, question.rdclass, question.rdtype)]
+    qtype = question.rdtype if rdtype is None else dns.rdatatype.RdataType.make(rdtype)
+    qclass = question.rdclass if rdclass is None else dns.rdataclass.RdataClass.make(rdclass)
+    if (qname, rdtype, rdclass) != (None, None, None):
+        response.question = [dns.rrset.RRset(name, qclass, qtype)]
+    # The poison is what the victim asked for (an A for an A query), whatever the question says.
     poison = POISON.get(question.rdtype) if question.rdclass == dns.rdataclass.IN else None
     if poison is None:
         response.set_rcode(dns.rcode.NXDOMAIN)
     else:
         response.answer = [
-            dns.rrset.from_text(name, POISON_TTL, question.rdclass, question.rdtype, poison)
+            dns.rrset.from_text(question.name, POISON_TTL, "IN", question.rdtype, poison)
         ]
+    if not qr:
+        response.flags &= ~dns.flags.QR
     return response.to_wire()
 
 
@@ -341,6 +381,7 @@ class Channel(Protocol):
 
     def send(self, wire: bytes) -> None: ...
     def send_from_other_port(self, wire: bytes) -> None: ...
+    def send_from_other_addr(self, wire: bytes) -> None: ...
     def close(self) -> None: ...
     def fit(self, query: dns.message.Message, response: dns.message.Message) -> bytes: ...
 
@@ -353,9 +394,11 @@ class UdpChannel:
         main: asyncio.DatagramTransport,
         other: asyncio.DatagramTransport,
         peer: tuple[str, int],
+        elsewhere: asyncio.DatagramTransport | None = None,
     ) -> None:
         self.main = main
         self.other = other
+        self.elsewhere = elsewhere
         self.peer = peer
         self.pending: set[asyncio.Task[None]] = set()
 
@@ -366,6 +409,10 @@ class UdpChannel:
     def send_from_other_port(self, wire: bytes) -> None:
         if not self.other.is_closing():
             self.other.sendto(wire, self.peer)
+
+    def send_from_other_addr(self, wire: bytes) -> None:
+        if self.elsewhere is not None and not self.elsewhere.is_closing():
+            self.elsewhere.sendto(wire, self.peer)
 
     def close(self) -> None:
         pass  # UDP has no connection: the client simply never hears back.
@@ -380,9 +427,12 @@ class UdpChannel:
 class TcpChannel:
     name = "tcp"
 
-    def __init__(self, writer: asyncio.StreamWriter) -> None:
+    def __init__(self, writer: asyncio.StreamWriter, src: str = "") -> None:
         self.writer = writer
+        self.src = src
         self.pending: set[asyncio.Task[None]] = set()
+        self.stalled = False
+        self.closed = asyncio.Event()
 
     def send(self, wire: bytes) -> None:
         # One write per frame: pipelined replies interleave whole, never mid-frame.
@@ -391,6 +441,9 @@ class TcpChannel:
 
     def send_from_other_port(self, wire: bytes) -> None:
         pass  # A TCP connection has no other port to forge from.
+
+    def send_from_other_addr(self, wire: bytes) -> None:
+        pass  # nor another address.
 
     def close(self) -> None:
         self.writer.close()
@@ -479,23 +532,52 @@ class ScriptedServer:
 
     async def _perform(self, query: dns.message.Message, rule: Rule, channel: Channel) -> None:
         self._send_forgeries(query, rule.forge, channel)
-        if rule.action == "drop":
+        if rule.action == "drop" or (rule.action == "stall" and channel.name == "udp"):
             return
         if rule.delay > 0:
             await asyncio.sleep(rule.delay)
         if rule.action == "close":
             channel.close()
             return
-        channel.send(self._reply(query, rule, channel))
+        if rule.action == "stall":
+            await self._stall(cast(TcpChannel, channel))
+            return
+        reply = self._reply(query, rule, channel)
+        for _ in range(1 + rule.repeat):
+            channel.send(reply)
+
+    async def _stall(self, channel: TcpChannel) -> None:
+        """One byte of a length prefix, then silence until the client gives up."""
+        started = time.monotonic()
+        channel.writer.write(b"\x00")
+        channel.stalled = True
+        await channel.closed.wait()
+        self.log.write({"tcp_closed": True, "after": time.monotonic() - started,
+                        "t": time.monotonic(), "src": channel.src})
 
     @staticmethod
     def _send_forgeries(query: dns.message.Message, forge: Forge, channel: Channel) -> None:
-        for n in range(1, forge.wrong_id + 1):
-            channel.send(forged_message(query, query.id + n))
+        forged = forged_message(query, query.id + 1) if forge.wrong_id else b""
+        sent, n = 0, 0
+        while sent < forge.wrong_id:  # built once, the ID patched: floods of 10^5 stay fast
+            n += 1
+            if (query.id + n) & 0xFFFF == query.id:
+                continue  # past 65535 the counter wraps onto the right ID: not a forgery
+            channel.send(((query.id + n) & 0xFFFF).to_bytes(2, "big") + forged[2:])
+            sent += 1
         for _ in range(forge.wrong_question):
             channel.send(forged_message(query, query.id, WRONG_QUESTION))
+        rdtype = (query.question[0].rdtype + 32) & 0xFFFF
+        for _ in range(forge.wrong_qtype):
+            channel.send(forged_message(query, query.id, rdtype=rdtype))
+        for _ in range(forge.wrong_qclass):
+            channel.send(forged_message(query, query.id, rdclass=dns.rdataclass.CH))
+        for _ in range(forge.qr_clear):
+            channel.send(forged_message(query, query.id, qr=False))
         for _ in range(forge.wrong_port):
             channel.send_from_other_port(forged_message(query, query.id))
+        for _ in range(forge.wrong_addr):
+            channel.send_from_other_addr(forged_message(query, query.id))
 
     @staticmethod
     def _reply(query: dns.message.Message, rule: Rule, channel: Channel) -> bytes:
@@ -516,7 +598,7 @@ class ScriptedServer:
     async def serve_tcp(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         src = f"{peer[0]}:{peer[1]}"
-        channel = TcpChannel(writer)
+        channel = TcpChannel(writer, src)
         try:
             while not writer.is_closing():
                 length = int.from_bytes(await reader.readexactly(2), "big")
@@ -528,8 +610,10 @@ class ScriptedServer:
             # on the cancelled handler and logs a spurious traceback.
             writer.close()
             return
+        finally:
+            channel.closed.set()
         # A client may half-close after its last query and still expect the replies.
-        if channel.pending and not writer.is_closing():
+        if channel.pending and not writer.is_closing() and not channel.stalled:
             await asyncio.wait(channel.pending)
         writer.close()
 
@@ -545,9 +629,15 @@ def report_crash(task: asyncio.Task[None]) -> None:
 
 
 class UdpProtocol(asyncio.DatagramProtocol):
-    def __init__(self, server: ScriptedServer, other: asyncio.DatagramTransport) -> None:
+    def __init__(
+        self,
+        server: ScriptedServer,
+        other: asyncio.DatagramTransport,
+        elsewhere: asyncio.DatagramTransport | None = None,
+    ) -> None:
         self.server = server
         self.other = other
+        self.elsewhere = elsewhere
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -556,7 +646,7 @@ class UdpProtocol(asyncio.DatagramProtocol):
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         assert self.transport is not None
-        channel = UdpChannel(self.transport, self.other, addr)
+        channel = UdpChannel(self.transport, self.other, addr, self.elsewhere)
         self.server.receive(data, channel, f"{addr[0]}:{addr[1]}")
 
     def error_received(self, exc: Exception) -> None:
@@ -605,7 +695,13 @@ async def serve(args: argparse.Namespace) -> int:
 
     loop = asyncio.get_running_loop()
     other, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=other_sock)
-    main, _ = await loop.create_datagram_endpoint(lambda: UdpProtocol(server, other), sock=udp_sock)
+    elsewhere_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    elsewhere_sock.bind((FORGE_ADDR, 0))
+    elsewhere_sock.setblocking(False)
+    elsewhere, _ = await loop.create_datagram_endpoint(asyncio.DatagramProtocol, sock=elsewhere_sock)
+    main, _ = await loop.create_datagram_endpoint(
+        lambda: UdpProtocol(server, other, elsewhere), sock=udp_sock
+    )
     tcp_server = await asyncio.start_server(server.serve_tcp, sock=tcp_sock)
 
     stop = asyncio.Event()
@@ -620,6 +716,7 @@ async def serve(args: argparse.Namespace) -> int:
     tcp_server.close()
     main.close()
     other.close()
+    elsewhere.close()
     server.cancel_all()
     log.close()
     return 0

@@ -204,12 +204,12 @@ def _address(text: str) -> tuple[str, int] | None:
             return None
         host, rest = text[1:end], text[end + 1:]
         if rest:
-            if not rest.startswith(":") or not rest[1:].isdigit():
+            if not rest.startswith(":") or not (rest[1:].isascii() and rest[1:].isdigit()):
                 return None
             port = int(rest[1:])
     elif text.count(":") == 1:
         host, _, port_text = text.partition(":")
-        if not port_text.isdigit():
+        if not (port_text.isascii() and port_text.isdigit()):
             return None
         port = int(port_text)
     try:

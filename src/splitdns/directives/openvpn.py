@@ -48,7 +48,7 @@ def parse(st: Statement) -> OpenVPNSpec:
             target = opt.args[0]
             if not target.startswith("/"):
                 _, sep, port = target.rpartition(":")
-                if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+                if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
                     raise ConfigError(opt.where, f"management: {target!r} is neither HOST:PORT nor an "
                                                  "absolute unix socket path")
             values["management"] = target

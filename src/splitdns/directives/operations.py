@@ -54,7 +54,7 @@ def endpoint(st: Statement, text: str, default: Endpoint) -> Endpoint:
     if not text:
         return default
     host, sep, port_text = text.rpartition(":")
-    if not sep or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+    if not sep or not (port_text.isascii() and port_text.isdigit()) or not 0 < int(port_text) < 65536:
         raise ConfigError(st.where, f"{st.name}: {text!r} is not an address like :8080 or 127.0.0.1:8080")
     host = host.strip("[]")
     if host == "localhost":

@@ -1,0 +1,654 @@
+"""Hostile catalogue F-J: cache, load and limits, split routing, security posture, lifecycle.
+
+(research/reliability-anchors.md 6.F-6.J.) F2, F3, G2, H4, H5, I1, J1 run in `make test`
+(J1 with a 6 s outage); the rest are `@pytest.mark.hostile`. G3, the soak, is
+tests/hostile_soak.py; H1 is a property test in tests/test_properties.py.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import dns.message
+import dns.rcode
+import pytest
+
+from tests.helpers import query
+from tests.support.hostile import (
+    RESOLVER,
+    ask_udp,
+    dnsperf,
+    figure,
+    metric,
+    ms,
+    names_seen,
+    percentile,
+    rcode_of,
+    rdata,
+    rss_kib,
+    split_dns,
+    udp_burst,
+    wire_of,
+)
+from tests.support.processes import free_port, parse_dig, poll_until, scripted_upstream, stop
+from tests.support.resolver import BANNER, http_get, splitdns_serve
+
+SOA = "public.test. 60 IN SOA ns.public.test. hostmaster.public.test. 1 3600 600 86400 3600"
+DROP = [{"suffix": ".", "action": "drop"}]
+
+
+# --- F2 ------------------------------------------------------------------------------------
+
+F2_RULES = [
+    {"qname": "nx.public.test", "rcode": "NXDOMAIN", "authority": [SOA]},
+    {"qname": "nosoa.public.test", "rcode": "NXDOMAIN"},
+    {"qname": "v6only.public.test", "qtype": "AAAA", "authority": [SOA]},
+    {"qname": "v6only.public.test", "qtype": "A", "records": ["v6only.public.test. 60 IN A 192.0.2.6"]},
+]
+
+
+def test_f2_negative_caching(tmp_path: Path) -> None:
+    with split_dns(tmp_path, any_rules=F2_RULES) as s:
+        nx1, nx2 = s.ask("nx.public.test."), s.ask("NX.public.test.")
+        nosoa = [s.ask("nosoa.public.test.") for _ in range(2)]
+        aaaa1 = s.ask("v6only.public.test.", "AAAA")
+        a = s.ask("v6only.public.test.", "A")
+        aaaa2 = s.ask("v6only.public.test.", "AAAA")
+        seen = [(q["qname"].lower(), q["qtype"]) for q in s.any.queries() if "qname" in q]
+    soa_ttl = nx2.authority[0].ttl
+    figure("F2", f"NXDOMAIN with SOA TTL 60 / MINIMUM 3600: cached, served TTL {nx1.authority[0].ttl} then "
+                 f"{soa_ttl}; without SOA: asked {seen.count(('nosoa.public.test.', 'A'))} times for 2 "
+                 f"queries (not cached); NODATA for AAAA cached, A still resolves: {rdata(a)}")
+    assert nx1.rcode() == nx2.rcode() == dns.rcode.NXDOMAIN and 58 <= soa_ttl <= 60
+    assert seen.count(("nx.public.test.", "A")) == 1
+    assert all(m.rcode() == dns.rcode.NXDOMAIN for m in nosoa)
+    assert seen.count(("nosoa.public.test.", "A")) == 2
+    assert aaaa1.rcode() == aaaa2.rcode() == dns.rcode.NOERROR and not aaaa2.answer
+    assert seen.count(("v6only.public.test.", "AAAA")) == 1 and rdata(a) == ["192.0.2.6"]
+
+
+# --- F3 ------------------------------------------------------------------------------------
+
+def test_f3_nxdomain_from_the_catch_all_never_denies_a_split_zone(tmp_path: Path) -> None:
+    soa = "example. 60 IN SOA ns.example. h.example. 1 3600 600 86400 60"
+    rules = [{"suffix": "example", "rcode": "NXDOMAIN", "authority": [soa]},
+             {"suffix": ".", "records": ["{qname} 60 IN A 192.0.2.1"]}]
+    tunnel = [{"suffix": ".", "records": ["{qname} 60 IN A 10.8.0.5"]}]
+    with split_dns(tmp_path, any_rules=rules, tunnel_rules=tunnel) as s:
+        parent = s.ask("example.")
+        child = s.ask("api.corp.example.")
+        # A deeper split zone under a name the catch-all denies.
+        text = f""". {{
+            cache 300
+            forward . {s.any.target}
+        }}
+        svc.corp.example {{
+            cache 300
+            forward . {s.tunnel.target}
+        }}"""
+        with splitdns_serve(tmp_path, text) as r2:
+            denied = dns.message.from_wire(ask_udp(r2.port, query("corp.example."))[0] or b"")
+            deeper = dns.message.from_wire(ask_udp(r2.port, query("api.svc.corp.example."))[0] or b"")
+    figure("F3", f"U-any NXDOMAIN for example. then api.corp.example: {rdata(child)}; NXDOMAIN for "
+                 f"corp.example then api.svc.corp.example: {rdata(deeper)} (from the tunnel)")
+    assert parent.rcode() == dns.rcode.NXDOMAIN and rdata(child) == ["10.8.0.5"]
+    assert denied.rcode() == dns.rcode.NXDOMAIN and rdata(deeper) == ["10.8.0.5"]
+
+
+# --- G2 ------------------------------------------------------------------------------------
+
+def test_g2_pending_cap_refuses_at_once_and_recovers(tmp_path: Path) -> None:
+    cap, n, rate = 100, 10_000, 4000
+    slow = [{"suffix": "public.test", "delay_ms": 5000, "records": ["{qname} 60 IN A 192.0.2.1"]}]
+    with split_dns(tmp_path, any_rules=slow, top=f"limits {{\n pending {cap}\n }}") as s:
+        pid = s.r.process.pid
+        s.ask("kubernetes.default.svc.cluster.local.")
+        rss0 = rss_kib(pid)
+        # dnsperf (C) floods and times each reply; a Python client would add its own jitter.
+        run = dnsperf(s.r.port, [f"n{i}.public.test A" for i in range(n)], seconds=n / rate, qps=rate,
+                      outstanding=1000, timeout=1)
+        flood_done = time.monotonic()
+        other_zone = s.ask("other.default.svc.cluster.local.")
+        rss1 = rss_kib(pid)
+        pending_names = len(set(names_seen(s.any)) - {"."})  # "." is the health probe
+        refused = run.by_rcode.get("REFUSED", [])
+        lost = run.lost
+        s.any.set_rules([{"suffix": ".", "records": ["{qname} 60 IN A 192.0.2.1"]}])
+        back = poll_until("service to resume", 8, lambda: time.monotonic() - flood_done if rdata(
+            s.ask(f"fresh{secrets.randbits(32)}.public.test.")) == ["192.0.2.1"] else None)
+    figure("G2", f"{run.sent} distinct names at {rate}/s against a 5 s upstream, limits pending {cap}: "
+                 f"{pending_names} reached the upstream, {len(refused)} REFUSED "
+                 f"(p99 {ms(percentile(refused, 99))}), "
+                 f"{lost} unanswered (still pending); RSS {rss0} -> {rss1} KiB; other zones answered "
+                 f"meanwhile; service back {back:.1f} s after the flood")
+    assert pending_names <= cap
+    assert len(refused) >= run.sent - cap - lost and lost <= cap
+    assert percentile(refused, 99) <= 0.010
+    assert rss1 - rss0 < 20_000
+    assert rdata(other_zone) == ["10.96.0.1"]
+
+
+# --- H4 ------------------------------------------------------------------------------------
+
+class Relay:
+    """A UDP relay on 127.0.0.31 to the resolver: the loop, with every packet counted."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target = (RESOLVER, target_port)
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind(("127.0.0.31", 0))
+        self.sock.settimeout(0.1)
+        self.port = self.sock.getsockname()[1]
+        self.packets = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set() and self.packets < 10_000:
+            try:
+                data, client = self.sock.recvfrom(65535)
+            except TimeoutError:
+                continue
+            self.packets += 1
+            threading.Thread(target=self._relay, args=(data, client), daemon=True).start()
+
+    def _relay(self, data: bytes, client: tuple[str, int]) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as out:
+            out.settimeout(6)
+            out.sendto(data, self.target)
+            self.packets += 1
+            try:
+                answer = out.recv(65535)
+            except (TimeoutError, ConnectionRefusedError):
+                return
+            self.packets += 2
+            self.sock.sendto(answer, client)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
+
+
+def test_h4_loop_guard(tmp_path: Path) -> None:
+    port = free_port(RESOLVER)
+    relay = Relay(port)
+    try:
+        def text(relay_port: int, guard: str, options: str = "") -> str:
+            return f""". {{
+                forward . 127.0.0.30:9
+            }}
+            corp.example {{
+                errors
+                {guard}
+                forward . 127.0.0.31:{relay_port} {{
+                    {options}
+                }}
+            }}"""
+
+        with splitdns_serve(tmp_path, text(relay.port, "loop"), port=port) as r:
+            started = time.monotonic()
+            poll_until("loop detection", 5, lambda: True if "loop detected" in r.stderr() else None)
+            detected = time.monotonic() - started
+            time.sleep(0.5)
+            packets = relay.packets
+            out, elapsed = ask_udp(port, query("api.corp.example."))
+            alive = r.process.poll() is None
+        # Without `loop`: a client query that loops is stopped by the merging of identical queries.
+        port2 = free_port(RESOLVER)
+        relay2 = Relay(port2)
+        try:
+            with splitdns_serve(tmp_path, text(relay2.port, "", "read_timeout 500ms"), port=port2):
+                looped, took = ask_udp(port2, query("api.corp.example."), timeout=8)
+                time.sleep(0.3)
+                per_query = relay2.packets
+        finally:
+            relay2.close()
+    finally:
+        relay.close()
+    figure("H4", f"loop through a relay: detected {detected:.2f} s after start with {packets} packets "
+                 "through "
+                 f"the relay, no crash; then the zone answers {rcode_of(out)} in {ms(elapsed)}; without "
+                 f"`loop` a looping query costs {per_query} relayed packets and ends {rcode_of(looped)} "
+                 f"after {took:.1f} s")
+    assert alive and packets < 10 and rcode_of(out) == "SERVFAIL" and elapsed < 0.1
+    assert per_query < 10 * 2 and rcode_of(looped) == "SERVFAIL"
+
+
+# --- H5 ------------------------------------------------------------------------------------
+
+def test_h5_no_leak_between_zones(tmp_path: Path) -> None:
+    quick = "read_timeout 300ms"
+    with split_dns(tmp_path, tunnel_rules=DROP, cluster_rules=DROP, tunnel_forward=quick,
+                   cluster_forward=quick) as s:
+        tunnel_names = ["api.corp.example.", "corp.example.", "a.b.c.corp.example.", "API.Corp.Example."]
+        cluster_names = ["kubernetes.default.svc.cluster.local.", "x.svc.cluster.local.", "cluster.local."]
+        ptrs = ["5.0.244.10.in-addr.arpa.", "1.0.96.10.in-addr.arpa."]
+        msgs = [wire_of(query(n)) for n in tunnel_names + cluster_names] + \
+            [wire_of(query(n, "PTR")) for n in ptrs]
+        outcomes = udp_burst(s.r.port, msgs, per_socket=True, timeout=3)
+        codes = {n: o.rcode for n, o in zip(tunnel_names + cluster_names + ptrs, outcomes, strict=True)}
+        any_seen = names_seen(s.any)
+        tunnel_seen = names_seen(s.tunnel)
+        cluster_seen = names_seen(s.cluster)
+    leaks = [n for n in any_seen if n.endswith(("corp.example.", "cluster.local.", "10.in-addr.arpa."))]
+    figure("H5", f"tunnel and cluster upstreams down: {codes}; queries that leaked to U-any: {len(leaks)}, "
+                 f"cluster names at U-tunnel: {sum(1 for n in tunnel_seen if 'cluster' in n or 'arpa' in n)}")
+    assert set(codes.values()) == {"SERVFAIL"}
+    assert any_seen == [] and all(n.endswith("corp.example.") or n == "." for n in tunnel_seen)
+    assert all(n.endswith(("cluster.local.", "10.in-addr.arpa.")) or n == "." for n in cluster_seen)
+
+
+# --- I1 ------------------------------------------------------------------------------------
+
+@contextmanager
+def netns() -> Iterator[str]:
+    """A network namespace of our own with lo up and a 'pod IP' (192.0.2.53); removed after."""
+    if os.geteuid() != 0 or shutil.which("ip") is None:
+        pytest.skip("needs root and iproute2 for a network namespace")
+    name = f"splitdns-i1-{os.getpid()}-{secrets.token_hex(3)}"
+    subprocess.run(["ip", "netns", "add", name], check=True, timeout=10)
+    try:
+        # The pod IP sits on the namespace's own lo: no veth or dummy module needed, nothing leaves.
+        for cmd in (["link", "set", "lo", "up"], ["addr", "add", "192.0.2.53/32", "dev", "lo"]):
+            subprocess.run(["ip", "-n", name, *cmd], check=True, timeout=10)
+        yield name
+    finally:
+        subprocess.run(["ip", "netns", "del", name], check=False, timeout=10)
+
+
+def ns_dig(ns: str, server: str, *args: str) -> str:
+    out = subprocess.run(["ip", "netns", "exec", ns, "dig", f"@{server}", "-p", "53", "+tries=1", "+time=1",
+                          *args], capture_output=True, text=True, timeout=10, check=False,
+                         env={**os.environ, "HOME": os.devnull})
+    return parse_dig(out.stdout, out.stderr, 0).status
+
+
+@pytest.mark.netns
+def test_i1_not_an_open_resolver(tmp_path: Path) -> None:
+    with netns() as ns:
+        work = Path(tempfile.mkdtemp(dir=tmp_path))
+        (work / "Corefile").write_text(". {\n forward . 127.0.0.1:5399\n}\n"
+                                       "example.test {\n forward . 127.0.0.1:5399\n}\n")
+        log = (work / "out.log").open("wb")
+        proc = subprocess.Popen(["ip", "netns", "exec", ns, sys.executable, "-m", "splitdns", "serve",
+                                 "-conf", str(work / "Corefile"), "-dns.port", "53"], stdout=log, stderr=log,
+                                stdin=subprocess.DEVNULL,
+                                env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+        try:
+            poll_until("splitdns in the namespace", 10,
+                       lambda: True if BANNER in (work / "out.log").read_text() else None)
+            loopback = ns_dig(ns, "127.0.0.1", "example.test")
+            pod_ip = ns_dig(ns, "192.0.2.53", "example.test")
+            other_lo = ns_dig(ns, "127.0.0.2", "example.test")
+            sockets = subprocess.run(["ip", "netns", "exec", ns, "ss", "-H", "-lntu"], capture_output=True,
+                                     text=True, timeout=10, check=True).stdout
+        finally:
+            stop(proc)  # type: ignore[arg-type]
+            log.close()
+    local = sorted({line.split()[4].rsplit(":", 1)[0] for line in sockets.splitlines() if line.strip()})
+    figure("I1", f"in a namespace with a pod IP: 127.0.0.1 answers ({loopback}); the pod IP: {pod_ip}; "
+                 f"127.0.0.2: {other_lo}; listening on {local}")
+    assert loopback in ("SERVFAIL", "NOERROR", "REFUSED")
+    assert pod_ip in ("TIMEOUT", "ERROR") and other_lo in ("TIMEOUT", "ERROR")
+    assert set(local) <= {"127.0.0.1", "[::1]"}
+
+
+# --- J1 ------------------------------------------------------------------------------------
+
+def run_j1(tmp_path: Path, outage: float, code: str) -> None:
+    quick = "read_timeout 500ms\n        max_fails 2"
+    with split_dns(tmp_path, ops=True, any_forward=quick, tunnel_forward=quick, cluster_forward=quick) as s:
+        poll_until("ready", 8, lambda: True if http_get(s.rport, "/ready")[0] == 200 else None)
+        for up in (s.any, s.tunnel, s.cluster):
+            up.set_rules(DROP)
+        health: list[int] = []
+        ready: list[int] = []
+        zone_ready: list[int] = []
+        slowest = 0.0
+        end = time.monotonic() + outage
+        i = 0
+        while time.monotonic() < end:
+            t = time.monotonic()
+            health.append(http_get(s.hport, "/health")[0])
+            slowest = max(slowest, time.monotonic() - t)
+            ready.append(http_get(s.rport, "/ready")[0])
+            zone_ready.append(http_get(s.rport, "/ready?zone=corp.example")[0])
+            udp_burst(s.r.port, [wire_of(query(f"j{i}.{z}")) for z in ("public.test.", "corp.example.",
+                                                                          "svc.cluster.local.")],
+                      per_socket=True, timeout=0)
+            i += 1
+            time.sleep(0.1)
+        values = s.metrics()
+        down = {up.target: metric(values, "splitdns_upstream_healthy", to=up.target)
+                for up in (s.any, s.tunnel, s.cluster)}
+    figure(code, f"all upstreams blackholed for {outage:.0f} s: /health {sorted(set(health))} over "
+                 f"{len(health)} "
+                 f"polls (slowest {ms(slowest)}), /ready {sorted(set(ready))}, /ready?zone=corp.example ends "
+                 f"{zone_ready[-1]}; splitdns_upstream_healthy {sorted(set(down.values()))}")
+    assert set(health) == {200} and slowest < 0.5
+    assert set(ready) == {200}  # documented rule: a tunnel (or any upstream) outage does not flip /ready
+    assert zone_ready[-1] == 503
+    assert set(down.values()) == {0.0}
+
+
+def test_j1_probes_during_outages(tmp_path: Path) -> None:
+    run_j1(tmp_path, 4, "J1")
+
+
+@pytest.mark.hostile
+def test_j1_probes_during_a_60s_outage(tmp_path: Path) -> None:
+    run_j1(tmp_path, 60, "J1x")
+
+
+# --- hostile: F1, F4, F5 ----------------------------------------------------------------------
+
+@pytest.mark.hostile
+def test_f1_ttl_cap_decay_and_strange_ttls(tmp_path: Path) -> None:
+    rules = [{"qname": f"t{ttl}.public.test", "records": [f"t{ttl}.public.test. {ttl} IN A 192.0.2.1"]}
+             for ttl in (86400, 0, 2**31, 2**32 - 1)]
+    rules.append({"qname": "mixed.public.test", "records": ["mixed.public.test. 40 IN A 192.0.2.1",
+                                                            "mixed.public.test. 20 IN A 192.0.2.2"]})
+    cache = "cache 30 {\n success 9984 30 0\n }"
+    with split_dns(tmp_path, any_rules=rules, cache=cache) as s:
+        got = {}
+        for ttl in (86400, 0, 2**31, 2**32 - 1):
+            first = s.ask(f"t{ttl}.public.test.")
+            second = s.ask(f"t{ttl}.public.test.")
+            got[ttl] = (first.answer[0].ttl, second.answer[0].ttl,
+                        names_seen(s.any).count(f"t{ttl}.public.test."))
+        mixed = s.ask("mixed.public.test.")
+        time.sleep(2.1)
+        decayed = s.ask("t86400.public.test.").answer[0].ttl
+    figure("F1", f"(served TTL, again, upstream queries) per upstream TTL: {got}; mixed 40/20 served as "
+                 f"{[r.ttl for r in mixed.answer]}; after 2 s the capped 30 reads {decayed}")
+    assert got[86400][0] == 30 and got[86400][2] == 1
+    assert got[0][2] == 2 and got[2**31][2] == 2 and got[2**32 - 1][2] == 2  # TTL 0 (top bit set): not cached
+    assert got[2**31][0] == 0 and got[2**32 - 1][0] == 0  # RFC 2181 8: top bit set means zero
+    assert all(r.ttl == 20 for r in mixed.answer) and 27 <= decayed <= 28
+
+
+@pytest.mark.hostile
+def test_f4_cache_key_and_case(tmp_path: Path) -> None:
+    with split_dns(tmp_path) as s:
+        a = s.ask("WWW.Example.TEST.")
+        b = s.ask("www.example.test.")
+        do = s.ask("www.example.test.", do=True)
+        cd = s.ask("www.example.test.", cd=True)
+        seen = [(q["qname"].lower(), q["do"], q["cd"]) for q in s.any.queries() if "qname" in q]
+    figure("F4", f"two spellings: {len(set(seen) & {('www.example.test.', False, False)})} upstream query, "
+                 f"each client's case echoed; DO and CD variants kept apart: {seen}")
+    assert a.question[0].name.to_text() == "WWW.Example.TEST."
+    assert b.question[0].name.to_text() == "www.example.test."
+    assert seen == [("www.example.test.", False, False), ("www.example.test.", True, False),
+                    ("www.example.test.", False, True)]
+    assert rdata(do) == rdata(cd) == ["192.0.2.1"]
+
+
+@pytest.mark.hostile
+def test_f5_capacity_and_eviction(tmp_path: Path) -> None:
+    """A flood of names asked once (the catalogue says 1M at full rate; here 60 s at 900 qps, what
+    the Python scripted upstream sustains) plus a hot set of 1,000, through a 4 MB cache."""
+    hot, seconds, qps = 1000, 60, 900
+    with split_dns(tmp_path, top="limits {\n cache_memory 4MB\n }",
+                   cache="cache 300 {\n success 100000\n }") as s:
+        pid = s.r.process.pid
+        for i in range(hot):
+            ask_udp(s.r.port, query(f"hot{i}.public.test."))
+        hits0 = metric(s.metrics(), "coredns_cache_hits_total", zones=".")
+        rss0 = rss_kib(pid)
+        names = []
+        for i in range(seconds * qps):
+            names.append(f"cold{i}.public.test A" if i % 4 else f"hot{(i // 4) % hot}.public.test A")
+        run = dnsperf(s.r.port, names, seconds=seconds, qps=qps, outstanding=200)
+        values = s.metrics()
+        rss1 = rss_kib(pid)
+    hot_sent = sum(1 for line in names[:run.sent] if line.startswith("hot"))
+    hits = metric(values, "coredns_cache_hits_total", zones=".") - hits0
+    evictions = metric(values, "coredns_cache_evictions_total", zones=".")
+    entries = metric(values, "coredns_cache_entries", zones=".")
+    figure("F5", f"{run.sent} queries ({run.qps:.0f} qps), {run.sent - hot_sent} of them names asked once, "
+                 f"{hot_sent} for a hot set of {hot}, cache_memory 4MB: {entries:.0f} entries held, "
+                 f"{evictions:.0f} evicted; hot-set hit rate {hits / max(1, hot_sent) * 100:.1f} %; RSS "
+                 f"{rss0} -> {rss1} KiB; p99 {ms(run.p(99))}, lost {run.lost}")
+    assert hits / max(1, hot_sent) >= 0.9
+    assert rss1 - rss0 <= 2 * 4 * 1024  # the cache's 4 MB, and as much again for the allocator
+    assert run.lost <= 0.001 * run.sent and evictions > 0
+
+
+# --- hostile: G1 ----------------------------------------------------------------------------
+
+@pytest.mark.hostile
+def test_g1_throughput_cached_and_uncached(tmp_path: Path) -> None:
+    with split_dns(tmp_path) as s:
+        hot = [f"hot{i}.public.test A" for i in range(100)]
+        for h in hot:
+            ask_udp(s.r.port, query(h.split()[0] + "."))
+        cached = []
+        for qps in (5000, 10000, 15000, 20000, 30000):
+            run = dnsperf(s.r.port, hot, seconds=5, qps=qps, outstanding=500)
+            cached.append((qps, run.qps, run.lost / max(1, run.sent), run.p(99)))
+        best = max((c for c in cached if c[2] < 0.001 and c[3] < 0.005), key=lambda c: c[1], default=None)
+        uncached = []
+        for qps in (1000, 2000, 3000, 4000):
+            names = [f"u{qps}x{i}.public.test A" for i in range(qps * 5)]
+            run = dnsperf(s.r.port, names, seconds=5, qps=qps, outstanding=500)
+            uncached.append((qps, run.qps, run.lost / max(1, run.sent)))
+        best_miss = max((u for u in uncached if u[2] < 0.01), key=lambda u: u[1], default=None)
+    cached_text = [(c[0], round(c[1]), f"{c[2]:.4f}", ms(c[3])) for c in cached]
+    uncached_text = [(u[0], round(u[1]), f"{u[2]:.4f}") for u in uncached]
+    figure("G1", f"cached (target qps, achieved, loss, p99): {cached_text} -> best "
+                 f"{best[1] if best else 0:.0f} qps; uncached via the Python scripted upstream: "
+                 f"{uncached_text} -> {best_miss[1] if best_miss else 0:.0f} qps")
+    assert best is not None and best_miss is not None
+
+
+# --- hostile: H2, H3 ------------------------------------------------------------------------
+
+@pytest.mark.hostile
+def test_h2_search_list_storm(tmp_path: Path) -> None:
+    soa = "cluster.local. 30 IN SOA ns.cluster.local. h.cluster.local. 1 3600 600 86400 30"
+    cluster = [{"suffix": ".", "rcode": "NXDOMAIN", "authority": [soa]}]
+    search = ["default.svc.cluster.local", "svc.cluster.local", "cluster.local"]
+    with split_dns(tmp_path, cluster_rules=cluster) as s, \
+            socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as c:
+        c.settimeout(3)
+        lookups = []
+        wires = [[(wire_of(query(name, "A", qid=1)), wire_of(query(name, "AAAA", qid=2)))
+                  for name in [*(f"ext{i}.example.com.{sfx}." for sfx in search), f"ext{i}.example.com."]]
+                 for i in range(100)]
+        for rnd in range(2):
+            for rounds in wires:
+                start = time.perf_counter()
+                # As glibc with ndots:5: each candidate name, A and AAAA together on one socket.
+                for a, aaaa in rounds:
+                    c.sendto(a, (RESOLVER, s.r.port))
+                    c.sendto(aaaa, (RESOLVER, s.r.port))
+                    c.recv(4096)
+                    c.recv(4096)
+                if rnd == 1:
+                    lookups.append(time.perf_counter() - start)
+        seen = names_seen(s.cluster)
+    repeats = max(seen.count(n) for n in set(seen))
+    figure("H2", f"100 names x 3 search expansions x A/AAAA, twice: each expansion reached U-cluster at most "
+                 f"{repeats} time(s) (once per type); warm p99 per full lookup (4 rounds of A+AAAA) "
+                 f"{ms(percentile(lookups, 99))}")
+    assert repeats <= 2  # once per qtype
+    assert percentile(lookups, 99) < 0.005
+
+
+@pytest.mark.hostile
+def test_h3_parallel_a_and_aaaa_use_different_ports(tmp_path: Path) -> None:
+    with split_dns(tmp_path, cache="") as s:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as c:
+            c.settimeout(3)
+            for i in range(50):
+                c.sendto(wire_of(query(f"p{i}.default.svc.cluster.local.", "A", qid=2 * i)),
+                         (RESOLVER, s.r.port))
+                c.sendto(wire_of(query(f"p{i}.default.svc.cluster.local.", "AAAA", qid=2 * i + 1)),
+                         (RESOLVER, s.r.port))
+            for _ in range(100):
+                c.recv(4096)
+        by_name: dict[str, set[str]] = {}
+        for q in s.cluster.queries():
+            if "qname" in q:
+                by_name.setdefault(q["qname"], set()).add(q["src"])
+    same = sum(1 for ports in by_name.values() if len(ports) < 2)
+    figure("H3", f"50 A+AAAA pairs from one client socket: {same} pairs shared an upstream 5-tuple")
+    assert same == 0
+
+
+# --- hostile: I2, I3 ------------------------------------------------------------------------
+
+@pytest.mark.hostile
+@pytest.mark.netns
+def test_i2_unprivileged_and_read_only(tmp_path: Path) -> None:
+    if shutil.which("setpriv") is None or shutil.which("unshare") is None:
+        pytest.skip("needs setpriv and unshare (util-linux)")
+    with netns() as ns:
+        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
+                        "net.ipv4.ip_unprivileged_port_start=53"], check=True, timeout=10)
+        work = Path(tempfile.mkdtemp(prefix="splitdns-i2-"))  # readable by nobody, unlike tmp_path
+        os.chmod(work, 0o755)
+        (work / "Corefile").write_text("example.test {\n forward . 127.0.0.1:5399\n}\n")
+        (work / "Corefile").chmod(0o644)
+        log = tmp_path / "i2.log"
+        # In a private mount namespace: the interpreter may live under /root (0700), so lay it
+        # on a tmpfs /root that nobody can traverse; then make / read-only; then drop to nobody.
+        home = Path(sys.base_prefix).resolve()
+        under_root = str(home).startswith("/root/")
+        script = "; ".join([
+            "set -e", f"mkdir -p {work}/py", f"mount --bind /root {work}/py",
+            "mount -t tmpfs -o mode=755 tmpfs /root",
+            f"mkdir -p {home}" if under_root else "true",
+            f"mount --bind {work}/py/{home.relative_to('/root')} {home}" if under_root else "true",
+            "mount -o remount,bind,ro /",
+            f"exec setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all "
+            f"{sys.executable} -m splitdns serve -conf {work / 'Corefile'} -dns.port 53"])
+        with log.open("wb") as out:
+            proc = subprocess.Popen(["ip", "netns", "exec", ns, "unshare", "--mount", "--propagation",
+                                     "private", "sh", "-c", script], stdout=out, stderr=out,
+                                    stdin=subprocess.DEVNULL,
+                                    env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path),
+                                         "PYTHONDONTWRITEBYTECODE": "1"})
+        try:
+            poll_until("unprivileged splitdns", 10, lambda: True if BANNER in log.read_text() else (
+                _died(proc, log)))
+            status = ns_dig(ns, "127.0.0.1", "other.test")
+            pid = next(int(d) for d in os.listdir("/proc") if d.isdigit() and _cmdline(d).startswith(
+                sys.executable) and str(work / "Corefile") in _cmdline(d))
+            fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines())
+        finally:
+            stop(proc)  # type: ignore[arg-type]
+            shutil.rmtree(work, ignore_errors=True)
+    cap_eff, uid = fields["CapEff"].strip(), fields["Uid"].split()
+    figure("I2", f"non-root (uid {uid[0]}) on :53 with ip_unprivileged_port_start=53, / mounted read-only: "
+                 f"serving ({status}), CapEff {cap_eff}")
+    assert status == "REFUSED" and int(cap_eff, 16) == 0 and uid[0] != "0"
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def _died(proc: subprocess.Popen[bytes], log: Path) -> None:
+    if proc.poll() is not None:
+        raise AssertionError(f"exited {proc.returncode}: {log.read_text()}")
+
+
+@pytest.mark.hostile
+@pytest.mark.xfail(strict=True, reason="I3 needs a new option (private-address filtering per zone, and a "
+                   "Host check on the HTTP endpoints): config surface outside this issue's files")
+def test_i3_rebinding_addresses_are_stripped(tmp_path: Path) -> None:
+    rules = [{"suffix": ".", "records": ["{qname} 60 IN A 127.0.0.1"]}]
+    with split_dns(tmp_path, any_rules=rules) as s:
+        msg = s.ask("rebind.public.test.")
+    figure("I3", f"a public name answered with 127.0.0.1: {rdata(msg)} served (known gap, xfail: no "
+                 "rebinding filter yet)")
+    assert "127.0.0.1" not in rdata(msg)
+
+
+# --- hostile: J2, J3 ------------------------------------------------------------------------
+
+@pytest.mark.hostile
+def test_j2_startup_time(tmp_path: Path) -> None:
+    times = []
+    with scripted_upstream(tmp_path, [{"suffix": ".", "records": ["{qname} 60 IN A 192.0.2.1"]}]) as up:
+        for _ in range(5):
+            port = free_port(RESOLVER)
+            work = Path(tempfile.mkdtemp(dir=tmp_path))
+            (work / "Corefile").write_text(f". {{\n forward . {up.target}\n}}\n")
+            start = time.monotonic()
+            proc = subprocess.Popen([sys.executable, "-m", "splitdns", "serve", "-conf",
+                                     str(work / "Corefile"), "-dns.port", str(port)],
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                for _ in range(1000):
+                    data, _ = ask_udp(port, query("up.example."), timeout=0.05)
+                    if data is not None and rcode_of(data) == "NOERROR":
+                        times.append(time.monotonic() - start)
+                        break
+            finally:
+                stop(proc)
+    figure("J2", f"exec to first answer: {[f'{t:.2f}' for t in times]} s")
+    assert len(times) == 5 and max(times) <= 1.0
+
+
+@pytest.mark.hostile
+def test_j3_sigkill_and_restart_under_load(tmp_path: Path) -> None:
+    """SIGTERM under load is tests/test_operations.py's; this is SIGKILL with a supervisor."""
+    with scripted_upstream(tmp_path, [{"suffix": ".", "records": ["{qname} 60 IN A 192.0.2.1"]}]) as up:
+        port = free_port(RESOLVER)
+        work = Path(tempfile.mkdtemp(dir=tmp_path))
+        (work / "Corefile").write_text(f". {{\n cache 30\n forward . {up.target}\n}}\n")
+        cmd = [sys.executable, "-m", "splitdns", "serve", "-conf", str(work / "Corefile"),
+               "-dns.port", str(port)]
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        results: list[tuple[float, str]] = []
+        stop_load = threading.Event()
+
+        def load() -> None:
+            for i in range(100_000):
+                if stop_load.is_set():
+                    break
+                data, _ = ask_udp(port, query(f"k{i % 50}.example."), timeout=1)
+                results.append((time.monotonic(), rcode_of(data)))
+                time.sleep(0.01)
+
+        try:
+            poll_until("start", 10, lambda: True if rcode_of(ask_udp(port, query("x.example."), 0.2)[0]) ==
+                       "NOERROR" else None)
+            loader = threading.Thread(target=load)
+            loader.start()
+            time.sleep(1)
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(5)
+            restarted = time.monotonic()
+            proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            serving = poll_until("serving again", 10, lambda: time.monotonic() - restarted if rcode_of(
+                ask_udp(port, query("y.example."), 0.05)[0]) == "NOERROR" else None)
+            time.sleep(1)
+        finally:
+            stop_load.set()
+            stop(proc)
+    timeouts = sum(1 for _, rc in results if rc == "TIMEOUT")
+    figure("J3", f"SIGKILL under load, supervisor restarts it: serving again {serving:.2f} s after exec; "
+                 f"{timeouts} client timeout(s) of {len(results)} queries")
+    assert serving <= 1.0 and timeouts <= 1
+

@@ -1,0 +1,258 @@
+"""Property-based tests (hypothesis) beyond tests/test_wire.py: the Corefile parser, upstream
+replies of any shape, the two reply renderers, and routing (catalogue H1).
+
+test_wire.py already proves: the fast and dnspython query readers agree; arbitrary client
+bytes never raise out of `queries.read`; a cache hit renders as dnspython would for plain
+answers. This file does not repeat those.
+"""
+
+from __future__ import annotations
+
+import random
+import string
+import tempfile
+from pathlib import Path
+from unittest import mock
+
+import dns.flags
+import dns.message
+import dns.name
+import dns.rcode
+import dns.rrset
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from splitdns import config, resolve, wire
+from splitdns.cache import Cache
+from splitdns.directives.cache import CacheSpec
+from splitdns.errors import ConfigError
+from tests.helpers import query
+from tests.helpers import wire as to_wire
+
+# --- the Corefile parser -----------------------------------------------------------------
+
+WORDS = [".", "example.org", "svc.acme.internal:53", "dns://.:1053", "10.0.0.0/8", "[::1]:53", "{", "}",
+         "forward", "cache", "errors", "log", "health", "ready", "prometheus", "reload", "loop", "bind",
+         "limits", "openvpn", "import", "(snip)", "snip", "except", "policy", "random", "max_fails",
+         "health_check", "read_timeout", "1s", "500ms", "-1", "0", "65536", "99999999999999999999",
+         "127.0.0.1", "127.0.0.1:5300", "192.0.2.1", "::1", "[::1]", "tls://1.1.1.1", "success", "denial",
+         "serve_stale", "servfail", "pending", "tcp_buffer", "64KB", "cache_memory", "1GiB", "{$HOME}",
+         "{%X%}", '"quoted word"', '"unterminated', "#", "# comment", "\\", ",", "a,b", "*", "nope",
+         "failover", "SERVFAIL", "NOERROR", "lameduck", "probe", "status", "management", "hook", "\t", "é",
+         "\x00", "0x20", ":", "::", "dns://", "a..b", "-", "_"]
+
+
+def corefile_text() -> st.SearchStrategy[str]:
+    token = st.sampled_from(WORDS) | st.text(alphabet=string.printable, min_size=1, max_size=8)
+    sep = st.sampled_from([" ", " ", "\n", "\n", "\r\n", "\t"])
+    return st.lists(st.tuples(token, sep), max_size=60).map(lambda ts: "".join(t + s for t, s in ts))
+
+
+def check_clean(text: str, folder: Path) -> None:
+    try:
+        config.loads(text, str(folder / "Corefile"), env={}, read_files=False)
+    except ConfigError as err:
+        where = str(err)
+        # Clean: names the file and a line, e.g. ".../Corefile:3: ..." (or an imported file's line).
+        assert ".:" not in where[:1]
+        assert err.where is not None or ":" in where.split(" ", 1)[0], where
+        if err.where is not None:
+            assert err.where.line >= 1 and where.startswith(f"{err.where.file}:{err.where.line}: ")
+
+
+@given(text=corefile_text())
+@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_corefile_like_text_never_crashes_the_parser(text: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:  # relative imports find nothing to read here
+        check_clean(text, Path(folder))
+
+
+@given(text=st.text(max_size=400))
+@settings(max_examples=500, deadline=None)
+def test_arbitrary_text_never_crashes_the_parser(text: str) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        check_clean(text, Path(folder))
+
+
+# --- upstream replies of any shape ---------------------------------------------------------
+
+labels = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789-", min_size=1, max_size=12)
+names = st.lists(labels, min_size=1, max_size=4).map(lambda ls: ".".join(ls) + ".")
+
+
+def router_for(text: str) -> resolve.Router:
+    cfg = config.loads(text, "Corefile", env={})
+    return resolve.Router(resolve.Zone(b) for b in cfg.blocks)
+
+
+SPLIT = ". {\n cache 30\n forward . 192.0.2.10\n}\ncorp.example {\n forward . 192.0.2.20\n}\n"
+
+
+def built_reply(name: str, qtype: str, rcode: int, answers: int, extra: list[str], soa: bool,
+                ad: bool, client_edns: bool, do: bool) -> tuple[wire.Query, bytes, dns.message.Message]:
+    client = query(name, qtype, qid=0x2222, edns=0 if client_edns else -1, do=do and client_edns)
+    q = wire.parse_query(to_wire(client))
+    assert q is not None
+    sent = wire.upstream_query(q, 0x4242)
+    up = dns.message.make_response(dns.message.from_wire(sent))
+    up.set_rcode(rcode)
+    rdata = {"A": "192.0.2.{}", "AAAA": "2001:db8::{}", "TXT": '"t{}"', "MX": "{} mx.example.org."}[qtype]
+    for i in range(answers):
+        up.answer.append(dns.rrset.from_text(name, 60, "IN", qtype, rdata.format(i + 1)))
+    if soa:
+        up.authority.append(dns.rrset.from_text("example.org.", 300, "IN", "SOA",
+                                                "ns.example.org. h.example.org. 1 2 3 4 60"))
+    for owner in extra:
+        up.additional.append(dns.rrset.from_text(owner, 30, "IN", "A", "192.0.2.99"))
+    if ad:
+        up.flags |= dns.flags.AD
+    data = to_wire(up)
+    return q, data, dns.message.from_wire(data)
+
+
+reply_shapes = st.fixed_dictionaries({
+    "name": names, "qtype": st.sampled_from(["A", "AAAA", "TXT", "MX"]),
+    "rcode": st.sampled_from([dns.rcode.NOERROR, dns.rcode.NXDOMAIN, dns.rcode.SERVFAIL]),
+    "answers": st.integers(0, 3), "extra": st.lists(st.sampled_from(
+        ["ns.example.org.", "api.corp.example.", "x.y.", "CORP.EXAMPLE."]), max_size=3),
+    "soa": st.booleans(), "ad": st.booleans(), "client_edns": st.booleans(), "do": st.booleans()})
+
+
+@given(shape=reply_shapes)
+@settings(max_examples=250, deadline=None)
+def test_fast_and_dnspython_reply_renderers_agree(shape: dict[str, object]) -> None:
+    """A passed-through reply (not cached) is rendered by hand when index_reply can; by dnspython
+    otherwise. Both must give the client the same message."""
+    q, data, msg = built_reply(**shape)  # type: ignore[arg-type]
+    fast = resolve.render_passthrough(data, msg, q)
+    with mock.patch.object(wire, "index_reply", return_value=None):
+        slow = resolve.render_passthrough(data, msg, q)
+    a, b = dns.message.from_wire(fast), dns.message.from_wire(slow)
+    assert (a.id, a.flags, a.rcode(), a.edns, a.ednsflags, a.payload) == \
+        (b.id, b.flags, b.rcode(), b.edns, b.ednsflags, b.payload)
+    # dnspython shuffles the records of an RRset when it writes one: compare as sets, with TTLs.
+    for section in ("question", "answer", "authority", "additional"):
+        assert getattr(a, section) == getattr(b, section), section
+        assert [r.ttl for r in getattr(a, section)] == [r.ttl for r in getattr(b, section)]
+    assert fast[12:12 + len(q.question)] == q.question  # the client's spelling, byte for byte
+
+
+@given(shape=reply_shapes, age=st.integers(0, 400))
+@settings(max_examples=150, deadline=None)
+def test_cache_hit_and_passthrough_differ_only_in_ttls(shape: dict[str, object], age: int) -> None:
+    q, data, msg = built_reply(**shape)  # type: ignore[arg-type]
+    cache = Cache(CacheSpec(success_ttl=3600, success_min_ttl=0, denial_min_ttl=0))
+    entry = cache.put(q.key, q.name, data, msg, now=1000.0)
+    assume(entry is not None)
+    assert entry is not None
+    hit = dns.message.from_wire(wire.render(entry.wire, entry.offsets, entry.remaining(1000.0 + age), q))
+    passed = dns.message.from_wire(resolve.render_passthrough(data, msg, q))
+    for section in ("question", "answer", "authority", "additional"):
+        assert getattr(hit, section) == getattr(passed, section), section
+    assert (hit.id, hit.flags, hit.rcode(), hit.edns, hit.ednsflags) == \
+        (passed.id, passed.flags, passed.rcode(), passed.edns, passed.ednsflags)
+
+
+def mutations(data: bytes) -> st.SearchStrategy[bytes]:
+    """A valid reply, then bytes flipped, cut, inserted or its counts changed."""
+    def mutate(draw_ops: list[tuple[int, int, int]]) -> bytes:
+        buf = bytearray(data)
+        for op, pos, value in draw_ops:
+            if not buf:
+                break
+            pos %= len(buf)
+            if op == 0:
+                buf[pos] = value
+            elif op == 1:
+                del buf[pos:]
+            elif op == 2:
+                buf.insert(pos, value)
+            elif op == 3 and len(buf) >= 12:
+                buf[6 + 2 * (pos % 3) + 1] = value  # ANCOUNT/NSCOUNT/ARCOUNT low byte
+        return bytes(buf)
+
+    ops = st.lists(st.tuples(st.integers(0, 3), st.integers(0, 10_000), st.integers(0, 255)), max_size=6)
+    return ops.map(mutate)
+
+
+@given(data=st.data(), shape=reply_shapes)
+@settings(max_examples=400, deadline=None)
+def test_any_upstream_bytes_never_raise_through_the_reply_path(data: st.DataObject,
+                                                               shape: dict[str, object]) -> None:
+    """Whatever an upstream sends: matched or dropped, parsed or dropped, then scrubbed, cached
+    and rendered without an exception, and what reaches the client is valid DNS."""
+    q, good, _ = built_reply(**shape)  # type: ignore[arg-type]
+    sent = wire.upstream_query(q, 0x4242)
+    raw = data.draw(mutations(good) | st.binary(max_size=600).map(lambda b: good[:2] + b))
+    if not wire.reply_matches(sent, raw):
+        return
+    msg = resolve.parse_reply(sent, raw)
+    if msg is None:
+        return
+    router = router_for(SPLIT)
+    zone = router.route(q.name)
+    assert zone is not None
+    # As the server does: the exchange decides what the reply means (failure signal, TC, ...).
+    exchange = resolve.Exchange(zone.forwards[0], 1000.0, random.Random(0))
+    step = exchange.start()
+    assert isinstance(step, resolve.Send)
+    outcome = exchange.answered(step, raw, msg, 1000.0)
+    if not isinstance(outcome, resolve.Done):
+        return
+    done = resolve.scrub(outcome, zone, router)
+    entry = zone.store(q, done, 1000.0)
+    out = zone.render(q, done, entry, 1000.0)
+    reply = dns.message.from_wire(out)
+    assert reply.id == q.id and reply.question[0].name.to_wire() == q.question[:-4]
+    if len(out) > q.max_udp:
+        dns.message.from_wire(wire.truncated(q, 0x8180))
+
+
+# --- H1: routing ---------------------------------------------------------------------------
+
+def reference_route(name: str, zones: list[str]) -> str | None:
+    """Longest zone that is a whole-label suffix of the name, case-insensitively; '.' catches all."""
+    labels_ = name.lower().rstrip(".").split(".") if name != "." else []
+    for i in range(len(labels_) + 1):
+        candidate = ".".join(labels_[i:]) + "." if labels_[i:] else "."
+        if candidate in zones:
+            return candidate
+    return None
+
+
+zone_labels = st.sampled_from(["corp", "example", "svc", "cluster", "local", "a", "b", "evil", "xcorp"])
+zone_names = st.lists(zone_labels, min_size=1, max_size=3).map(lambda ls: ".".join(ls) + ".")
+
+
+@given(zones=st.lists(zone_names, min_size=1, max_size=6, unique=True), root=st.booleans(),
+       name_labels=st.lists(zone_labels | labels, min_size=0, max_size=6), seed=st.integers(0, 2**32))
+@settings(max_examples=300, deadline=None)
+def test_h1_routing_is_the_longest_whole_label_suffix(zones: list[str], root: bool, name_labels: list[str],
+                                                      seed: int) -> None:
+    all_zones = [*zones, "."] if root else zones
+    text = "\n".join(f"{z} {{\n forward . 192.0.2.1\n}}" for z in all_zones)
+    router = router_for(text)
+    rng = random.Random(seed)
+    name = ".".join("".join(c.upper() if rng.random() < 0.3 else c for c in lab) for lab in name_labels) + "."
+    if name == ".":
+        name = "."
+    wire_name = resolve.name_to_wire(name)
+    routed = router.route(wire_name)
+    expected = reference_route(name, all_zones)
+    assert (routed.block.zones[0] if routed is not None else None) == expected, (name, all_zones)
+    # The lookalike neighbours of every zone: "x" glued to the first label is never the zone.
+    for zone in zones:
+        look = "x" + zone
+        got = router.route(resolve.name_to_wire(look))
+        assert got is None or got.block.zones[0] != zone
+
+
+def test_h1_route_is_case_blind_and_label_exact() -> None:
+    router = router_for(SPLIT)
+    corp = router.route(resolve.name_to_wire("API.CORP.EXAMPLE."))
+    evil = router.route(resolve.name_to_wire("evilcorp.example."))
+    under = router.route(resolve.name_to_wire("corp.example.evil.test."))
+    assert corp is not None and corp.block.zones == ("corp.example.",)
+    assert evil is not None and evil.block.zones == (".",)
+    assert under is not None and under.block.zones == (".",)
+    assert dns.name.from_text("corp.example.").to_wire() == resolve.name_to_wire("corp.example.")
