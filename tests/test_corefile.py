@@ -8,19 +8,9 @@ import pytest
 
 from splitdns import corefile
 from splitdns.errors import ConfigError
+from tests.lab.configs import SEED_COREFILE
 
-SEED = """\
-.:53 {
-    errors
-    cache 30
-    forward . 10.100.0.10
-}
-svc.acme.internal:53 {
-    errors
-    cache 30
-    forward . 192.168.240.1
-}
-"""
+SEED = SEED_COREFILE  # the seed's Corefile, verbatim, shared with the lab
 
 
 def shape(text: str, env: dict[str, str] | None = None) -> list[tuple[list[str], list[object]]]:

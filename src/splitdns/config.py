@@ -7,7 +7,7 @@ besides the Corefile itself, and it happens here, at load, as in CoreDNS.
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,6 +36,12 @@ ORDER = ("reload", "bind", "limits", "ready", "health", "prometheus", "errors", 
          "openvpn", "forward")
 ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready", "openvpn",
         "limits")
+PARSERS: dict[str, Callable[[corefile.Statement], object]] = {
+    "bind": bind.parse, "cache": cache.parse, "errors": logging.parse_errors, "log": logging.parse_log,
+    "health": operations.parse_health, "ready": operations.parse_ready,
+    "prometheus": operations.parse_prometheus, "reload": operations.parse_reload,
+    "loop": operations.parse_loop, "openvpn": openvpn.parse, "limits": limits.parse,
+}
 
 
 @dataclass(frozen=True)
@@ -148,29 +154,10 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
         seen[name] = st
         if name == "forward":
             forwards.append(forward.parse(st, read_files))
-        elif name == "cache":
-            values["cache"] = cache.parse(st)
-        elif name == "errors":
-            values["errors"] = logging.parse_errors(st)
-        elif name == "log":
-            values["log"] = logging.parse_log(st)
-        elif name == "bind":
-            values["bind"] = bind.parse(st)
-            values["explicit_bind"] = True
-        elif name == "health":
-            values["health"] = operations.parse_health(st)
-        elif name == "ready":
-            values["ready"] = operations.parse_ready(st)
-        elif name == "prometheus":
-            values["prometheus"] = operations.parse_prometheus(st)
-        elif name == "reload":
-            values["reload"] = operations.parse_reload(st)
-        elif name == "loop":
-            values["loop"] = operations.parse_loop(st)
-        elif name == "openvpn":
-            values["openvpn"] = openvpn.parse(st)
-        elif name == "limits":
-            values["limits"] = limits.parse(st)
+        else:
+            values[name] = PARSERS[name](st)  # the Block field is named after the directive
+    if "bind" in values:
+        values["explicit_bind"] = True
     if "openvpn" in values and not forwards:
         # The tunnel zone's default: fail fast, since a dead tunnel should not cost a timeout.
         forwards.append(forward.ForwardSpec(origin=".", upstreams=(), tunnel=True, max_fails=1,
