@@ -46,12 +46,19 @@ CASES: dict[str, list[str]] = {
 
 
 def rendered(case: str) -> dict[str, str]:
-    args = cli._parser().parse_args(["render", *CASES[case]])
-    fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__}
-    # Paths in the ownership record are relative to the repository, as in the golden files.
-    out = render.files(render.Request(**fields))
+    # Paths in the ownership record (and so the Corefile's hash) are relative to the repository,
+    # as in the golden files: render from the repository root with relative paths, so the output
+    # is the same in any checkout.
     root = str(Path(__file__).parents[1]) + "/"
-    return {name: text.replace(root, "") for name, text in out.items()}
+    argv = [a.replace(root, "") for a in CASES[case]]
+    args = cli._parser().parse_args(["render", *argv])
+    fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__}
+    cwd = os.getcwd()
+    os.chdir(root)
+    try:
+        return render.files(render.Request(**fields))
+    finally:
+        os.chdir(cwd)
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
