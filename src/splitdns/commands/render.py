@@ -7,6 +7,8 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from splitdns.kube import manifests
+
 EXIT_OK, EXIT_CLUSTER, EXIT_INPUT = 0, 1, 2
 
 
@@ -26,10 +28,10 @@ class Request:
     sidecar: str = "native"
     form: str = "deployment"
     name: str = "app"
-    image: str = "ghcr.io/splitdns/splitdns:0.1.0"
-    coredns_image: str = "coredns/coredns:1.12.1"
-    app_image: str = "your-app-image"
-    vpn_image: str = "your-openvpn-client-image"
+    image: str = manifests.DEFAULT_IMAGE
+    coredns_image: str = manifests.DEFAULT_COREDNS_IMAGE
+    app_image: str = manifests.DEFAULT_APP_IMAGE
+    vpn_image: str = manifests.DEFAULT_VPN_IMAGE
     management: str = "127.0.0.1:7505"
     output_dir: str | None = None
 

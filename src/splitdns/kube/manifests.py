@@ -23,13 +23,19 @@ NONROOT_UID = 65532
 COREFILE_VOLUME = "splitdns-corefile"
 
 
+DEFAULT_IMAGE = "ghcr.io/splitdns/splitdns:0.1.0"
+DEFAULT_COREDNS_IMAGE = "coredns/coredns:1.12.1"
+DEFAULT_APP_IMAGE = "your-app-image"
+DEFAULT_VPN_IMAGE = "your-openvpn-client-image"
+
+
 @dataclass(frozen=True)
 class Options:
     name: str = "app"
-    image: str = "ghcr.io/splitdns/splitdns:0.1.0"
-    coredns_image: str = "coredns/coredns:1.12.1"
-    app_image: str = "your-app-image"
-    vpn_image: str = "your-openvpn-client-image"
+    image: str = DEFAULT_IMAGE
+    coredns_image: str = DEFAULT_COREDNS_IMAGE
+    app_image: str = DEFAULT_APP_IMAGE
+    vpn_image: str = DEFAULT_VPN_IMAGE
     sidecar: str = "native"
     configmap: str = "splitdns-corefile"
 
