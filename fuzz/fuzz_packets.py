@@ -32,8 +32,10 @@ except ImportError:  # the harness still runs inputs by hand
 if atheris is not None:
     with atheris.instrument_imports(include=["splitdns"]):
         from splitdns import config, queries, resolve, wire
+        from splitdns import reply as replies
 else:
     from splitdns import config, queries, resolve, wire
+    from splitdns import reply as replies
 
 COREFILE = """
 . {
@@ -77,8 +79,8 @@ def upstream_path(packet: bytes) -> None:
     raw = SENT[:2] + packet  # the right ID, so the interesting checks run
     if not wire.reply_matches(SENT, raw):
         return
-    msg = resolve.parse_reply(SENT, raw)
-    if msg is None:
+    got = replies.parse(SENT, raw)
+    if got is None:
         return
     q = _SEED_QUERY
     zone = ROUTER.route(q.name)
@@ -87,7 +89,7 @@ def upstream_path(packet: bytes) -> None:
     exchange = resolve.Exchange(zone.forwards[0], NOW, random.Random(0))
     step = exchange.start()
     assert isinstance(step, resolve.Send)
-    outcome = exchange.answered(step, raw, msg, NOW)
+    outcome = exchange.answered(step, got, NOW)
     if not isinstance(outcome, resolve.Done):
         return  # another attempt (the next upstream, or TCP after TC)
     done = resolve.scrub(outcome, zone, ROUTER)
@@ -96,8 +98,8 @@ def upstream_path(packet: bytes) -> None:
     dns.message.from_wire(out)
     if entry is not None:
         dns.message.from_wire(wire.render(entry.wire, entry.offsets, entry.remaining(NOW + 7), q))
-    if done.reply is not None and done.msg is not None:
-        dns.message.from_wire(resolve.render_passthrough(done.reply, done.msg, q))
+    if done.reply is not None:
+        dns.message.from_wire(resolve.Zone.render(q, done, None, NOW))
     if len(out) > q.max_udp:
         dns.message.from_wire(wire.truncated(q, struct.unpack_from("!H", out, 2)[0]))
 

@@ -7,6 +7,8 @@ import dns.message
 import dns.rcode
 import dns.rrset
 
+from splitdns.reply import Reply, reread
+
 
 def query(name: str, rdtype: str = "A", *, qid: int = 0x1234, edns: int = 0, payload: int = 1232,
           do: bool = False, cd: bool = False, rd: bool = True) -> dns.message.QueryMessage:
@@ -41,3 +43,10 @@ def wire(msg: dns.message.Message) -> bytes:
 
 
 SOA = "example.org. 300 IN SOA ns.example.org. hostmaster.example.org. 1 3600 600 86400 60"
+
+
+def indexed(msg: dns.message.Message) -> Reply:
+    """An upstream reply as the core sees it (read by the hand reader, no query to match)."""
+    got = reread(wire(msg))
+    assert got is not None
+    return got

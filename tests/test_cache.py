@@ -8,14 +8,14 @@ import dns.rcode
 from splitdns import wire
 from splitdns.cache import Cache
 from splitdns.directives.cache import CacheSpec
-from tests.helpers import SOA, query, reply
+from tests.helpers import SOA, indexed, query, reply
 from tests.helpers import wire as to_wire
 
 
 def put(cache: Cache, msg: dns.message.Message, client: dns.message.Message, now: float = 0.0):  # type: ignore[no-untyped-def]
     q = wire.parse_query(to_wire(client))
     assert q is not None
-    return q, cache.put(q.key, q.name, to_wire(msg), msg, now)
+    return q, cache.put(q.key, q.name, indexed(msg), now)
 
 
 def test_ttl_cap_from_cache_30_and_countdown() -> None:

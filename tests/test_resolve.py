@@ -6,10 +6,12 @@ import random
 
 import dns.message
 import dns.rcode
+import dns.rrset
 import pytest
 
 from splitdns import config, resolve, wire
-from tests.helpers import query, reply
+from splitdns.reply import Reply
+from tests.helpers import indexed, query, reply
 from tests.helpers import wire as to_wire
 
 
@@ -80,10 +82,8 @@ def forward_state(options: str = "", upstreams: str = "192.0.2.1 192.0.2.2") -> 
     return resolve.ForwardState.of(config.loads(text, "Corefile", env={}).blocks[0].forwards[0])
 
 
-def answer_for(step: resolve.Send, *records: str, rcode: int = 0, tc: bool = False
-               ) -> tuple[bytes, dns.message.Message]:
-    msg = reply(query("example.org."), *records, rcode=rcode, tc=tc)
-    return to_wire(msg), msg
+def answer_for(step: resolve.Send, *records: str, rcode: int = 0, tc: bool = False) -> Reply:
+    return indexed(reply(query("example.org."), *records, rcode=rcode, tc=tc))
 
 
 def test_exchange_fails_over_in_policy_order_then_answers() -> None:
@@ -94,15 +94,15 @@ def test_exchange_fails_over_in_policy_order_then_answers() -> None:
     step = ex.failed(step, "timeout after 2s", now=2.0)
     assert isinstance(step, resolve.Send) and str(step.upstream.upstream) == "192.0.2.2:53"
     assert step.timeout == 2.0
-    done = ex.answered(step, *answer_for(step, "example.org. 60 IN A 192.0.2.80"), now=2.1)
-    assert isinstance(done, resolve.Done) and done.msg is not None and done.error is None
+    done = ex.answered(step, answer_for(step, "example.org. 60 IN A 192.0.2.80"), now=2.1)
+    assert isinstance(done, resolve.Done) and done.reply is not None and done.error is None
 
 
 def test_truncated_reply_is_asked_again_over_tcp_of_the_same_upstream() -> None:
     ex = resolve.Exchange(forward_state(), now=0.0, rng=random.Random(1))
     step = ex.start()
     assert isinstance(step, resolve.Send)
-    retry = ex.answered(step, *answer_for(step, tc=True), now=0.01)
+    retry = ex.answered(step, answer_for(step, tc=True), now=0.01)
     assert isinstance(retry, resolve.Send) and retry.tcp and retry.upstream is step.upstream
 
 
@@ -166,7 +166,7 @@ def test_failures_count_towards_down_and_any_reply_heals() -> None:
     ex = resolve.Exchange(fwd, now=10.0, rng=random.Random(1))
     step = ex.start()
     assert isinstance(step, resolve.Send)
-    ex.answered(step, *answer_for(step, rcode=dns.rcode.SERVFAIL), now=10.1)
+    ex.answered(step, answer_for(step, rcode=dns.rcode.SERVFAIL), now=10.1)
     assert fwd.upstreams[0].fails == 0  # CoreDNS: any reply, SERVFAIL too, means alive
 
 
@@ -174,12 +174,12 @@ def test_failover_rcodes_try_the_next_upstream_and_keep_the_last_reply() -> None
     ex = resolve.Exchange(forward_state("failover SERVFAIL"), now=0.0, rng=random.Random(1))
     step = ex.start()
     assert isinstance(step, resolve.Send)
-    step = ex.answered(step, *answer_for(step, rcode=dns.rcode.SERVFAIL), now=0.1)
+    step = ex.answered(step, answer_for(step, rcode=dns.rcode.SERVFAIL), now=0.1)
     assert isinstance(step, resolve.Send) and str(step.upstream.upstream) == "192.0.2.2:53"
-    done = ex.answered(step, *answer_for(step, rcode=dns.rcode.SERVFAIL), now=0.2)
+    done = ex.answered(step, answer_for(step, rcode=dns.rcode.SERVFAIL), now=0.2)
     while isinstance(done, resolve.Send):
-        done = ex.answered(done, *answer_for(done, rcode=dns.rcode.SERVFAIL), now=0.3)
-    assert done.msg is not None and done.msg.rcode() == dns.rcode.SERVFAIL
+        done = ex.answered(done, answer_for(done, rcode=dns.rcode.SERVFAIL), now=0.3)
+    assert done.reply is not None and done.reply.rcode() == dns.rcode.SERVFAIL
 
 
 def test_round_robin_rotates_the_first_upstream() -> None:
@@ -203,3 +203,25 @@ def test_random_policy_spreads_over_upstreams() -> None:
         assert isinstance(step, resolve.Send)
         seen.add(str(step.upstream.upstream))
     assert len(seen) == 3
+
+
+def test_scrub_drops_records_another_zone_owns_and_keeps_the_answer() -> None:
+    text = ". {\n forward . 192.0.2.10\n}\ncorp.example {\n forward . 192.0.2.20\n}\n"
+    router = resolve.Router(resolve.Zone(b) for b in config.loads(text, "Corefile", env={}).blocks)
+    catch_all = router.route(resolve.name_to_wire("x.public.test."))
+    assert catch_all is not None
+    clean = reply(query("x.public.test."), "x.public.test. 60 IN CNAME db.corp.example.",
+                  authority=("public.test. 60 IN NS ns.public.test.",))
+    clean.additional.append(dns.rrset.from_text("ns.public.test.", 60, "IN", "A", "192.0.2.53"))
+    done = resolve.Done(indexed(clean))
+    assert resolve.scrub(done, catch_all, router) is done  # nothing foreign: untouched, no rewrite
+    hostile = reply(query("x.public.test."), "x.public.test. 60 IN CNAME db.corp.example.",
+                    authority=("corp.example. 60 IN NS ns.public.test.",))
+    hostile.additional.append(dns.rrset.from_text("ns.public.test.", 60, "IN", "A", "192.0.2.53"))
+    hostile.additional.append(dns.rrset.from_text("DB.Corp.Example.", 60, "IN", "A", "192.0.2.66"))
+    scrubbed = resolve.scrub(resolve.Done(indexed(hostile)), catch_all, router).reply
+    assert scrubbed is not None
+    out = dns.message.from_wire(scrubbed.data)
+    assert out.answer == hostile.answer  # the answer section answers the question: kept
+    assert out.authority == [] and [r.name.to_text() for r in out.additional] == ["ns.public.test."]
+    assert scrubbed.owners == (b"\x02ns\x06public\x04test\x00",)

@@ -10,12 +10,11 @@ from __future__ import annotations
 
 from collections import OrderedDict
 
-import dns.message
 import dns.rcode
-import dns.rdatatype
 
 from splitdns import wire
 from splitdns.directives.cache import CacheSpec
+from splitdns.reply import Reply
 
 SUCCESS, DENIAL, SERVFAIL = "success", "denial", "servfail"
 
@@ -82,19 +81,15 @@ class Cache:
             return entry
         return None
 
-    def put(self, key: bytes, name: bytes, reply: bytes, msg: dns.message.Message,
-            now: float) -> Entry | None:
+    def put(self, key: bytes, name: bytes, reply: Reply, now: float) -> Entry | None:
         """Store a validated upstream reply if it may be cached; the entry, or None."""
-        if msg.flags & wire.TC or not self._covers(name):
+        if reply.flags & wire.TC or not self._covers(name):
             return None
-        kind, ttl = self._classify(msg)
+        kind, ttl = self._classify(reply)
         if kind is None:
             return None
-        indexed = wire.index_reply(reply)
-        if indexed is None:
-            return None
         stale = self.spec.serve_stale if kind != SERVFAIL else 0.0
-        entry = Entry(indexed[0], indexed[1], kind, ttl, now, stale)
+        entry = Entry(reply.stored, reply.offsets, kind, ttl, now, stale)
         table = self._denial if kind != SUCCESS else self._success
         capacity = self.spec.denial_capacity if kind != SUCCESS else self.spec.success_capacity
         for old_table in (self._success, self._denial):
@@ -121,17 +116,17 @@ class Cache:
         return any(zone == "." or text == zone or text.endswith("." + zone)
                    for zone in self.spec.zones)
 
-    def _classify(self, msg: dns.message.Message) -> tuple[str | None, float]:
+    def _classify(self, reply: Reply) -> tuple[str | None, float]:
         spec = self.spec
-        rcode = msg.rcode()
+        rcode = reply.rcode()
         if rcode == dns.rcode.SERVFAIL:
             return (SERVFAIL, spec.servfail_ttl) if spec.servfail_ttl > 0 else (None, 0)
-        if rcode == dns.rcode.NOERROR and msg.answer:
+        if rcode == dns.rcode.NOERROR and reply.answer:
             if spec.disable_success:
                 return None, 0
-            return SUCCESS, _clamp(_min_ttl(msg), spec.success_min_ttl, spec.success_ttl)
+            return SUCCESS, _clamp(reply.min_ttl or 0, spec.success_min_ttl, spec.success_ttl)
         if rcode in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
-            soa = _soa_ttl(msg)
+            soa = reply.soa_ttl
             if soa is None or spec.disable_denial:
                 return None, 0  # RFC 2308: a negative answer without SOA is not cached
             return DENIAL, _clamp(soa, spec.denial_min_ttl, spec.denial_ttl)
@@ -148,23 +143,6 @@ def _cost(key: bytes, entry: Entry) -> int:
 
 def _clamp(ttl: int, low: int, high: int) -> int:
     return min(max(ttl, low), high)
-
-
-def _ttl(value: int) -> int:
-    return 0 if value & 0x80000000 else value  # RFC 2181 8: top bit set means zero
-
-
-def _min_ttl(msg: dns.message.Message) -> int:
-    ttls = [_ttl(rrset.ttl) for section in (msg.answer, msg.authority, msg.additional)
-            for rrset in section]
-    return min(ttls) if ttls else 0
-
-
-def _soa_ttl(msg: dns.message.Message) -> int | None:
-    for rrset in msg.authority:
-        if rrset.rdtype == dns.rdatatype.SOA:
-            return min(_ttl(rrset.ttl), _ttl(rrset[0].minimum))
-    return None
 
 
 def _wire_to_text(name: bytes) -> str:

@@ -187,7 +187,7 @@ class Runtime:
             reasons = []
             for name, qtype in names:
                 done = await self.server.probe(zone, name, qtype)
-                rcode = done.msg.rcode() if done.msg is not None else None
+                rcode = done.reply.rcode() if done.reply is not None else None
                 if rcode not in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
                     code = dns.rcode.Rcode.make(rcode if rcode is not None else done.rcode)
                     why = done.error or f"{name} answered {dns.rcode.to_text(code)}"
@@ -215,7 +215,7 @@ class Runtime:
                 self.server.loop_probes.pop(key, None)
             if zone.stats.loops_detected > detected_before:
                 return
-            if done.msg is not None:
+            if done.reply is not None:
                 zone.loop_error = None  # an upstream answered and nothing came back: no loop
                 return
             await asyncio.sleep(PROBE_INTERVAL)

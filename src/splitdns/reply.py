@@ -3,16 +3,22 @@
 Parsing each reply with dnspython cost half the CPU of a cache miss (py-spy, bench/): this
 reader walks the message once, checks everything a forwarder relies on (RFC 5452 matching,
 RFC 9267's name and length rules, counts, OPT placement, rdata shape for the common types),
-and keeps what the core needs: flags, rcode, TTLs, the SOA for negative caching, and the
-offsets of every TTL. Shapes it does not handle (TSIG, an OPT record that is not last) raise
-`Unusual`, and the caller falls back to dnspython; anything malformed reads as None, which
-the caller treats as "not a reply" (dropped, counted, keep waiting). Tests prove it agrees
-with dnspython. Pure: no sockets, no clock.
+and keeps what the core needs: flags, rcode, TTLs, the SOA for negative caching, the owners
+of the authority and additional records, and the offsets of every TTL. Anything malformed
+reads as None, which the caller treats as "not a reply" (dropped, counted, keep waiting).
+The one legal shape it leaves to dnspython is an OPT record that is not last (`parse`
+rewrites it in canonical order). Rdata of types other than the common ones is passed
+through unchecked, framed by its length: the client parses it, and nothing here reads it.
+Tests prove it agrees with dnspython. Pure: no sockets, no clock.
 """
 
 from __future__ import annotations
 
 import struct
+
+import dns.exception
+import dns.message
+import dns.rcode
 
 from splitdns import wire
 
@@ -22,13 +28,13 @@ _U32 = struct.Struct("!I")
 
 T_A, T_NS, T_CNAME, T_SOA, T_PTR, T_MX, T_TXT, T_AAAA, T_SRV, T_DNAME, T_OPT = (
     1, 2, 5, 6, 12, 15, 16, 28, 33, 39, 41)
-T_TSIG, T_TKEY, T_SIG = 250, 249, 24
+T_TSIG = 250
 _ONE_NAME = frozenset({T_NS, T_CNAME, T_PTR, T_DNAME})
 _FIXED = {T_A: 4, T_AAAA: 16}
 
 
 class Unusual(Exception):
-    """A legal shape the hand reader leaves to dnspython."""
+    """A legal shape the hand reader leaves to dnspython: an OPT record that is not last."""
 
 
 class Reply:
@@ -50,8 +56,8 @@ class Reply:
         self.offsets = offsets      # where each TTL sits in `stored`
         self.owners = owners        # lower-cased owner names in authority and additional (not OPT)
 
-    def rcode(self) -> int:
-        return self.rcode_value
+    def rcode(self) -> dns.rcode.Rcode:
+        return dns.rcode.Rcode(self.rcode_value)
 
     @property
     def question(self) -> bool:
@@ -66,15 +72,40 @@ def ttl(value: int) -> int:
     return 0 if value & 0x80000000 else value  # RFC 2181 8: the top bit set means zero
 
 
+def parse(sent: bytes, data: bytes) -> Reply | None:
+    """The reply to `sent`, or None if `data` is not a well-formed reply to it that we can use."""
+    try:
+        return read(sent, data)
+    except Unusual:
+        return _canonical(data)
+
+
 def read(sent: bytes, data: bytes) -> Reply | None:
-    """The reply to `sent`, or None if `data` is not a well-formed reply to it."""
+    """The reply to `sent`, or None if `data` is not a well-formed reply to it; raises `Unusual`."""
     n = len(data)
     if n < 12 or not wire.reply_matches(sent, data):
         return None
+    return reread(data)
+
+
+def reread(data: bytes) -> Reply | None:
+    """`read` for bytes already known to match the query (our own rewrite of a reply)."""
     _, flags, qdcount, ancount, nscount, arcount = wire.HEADER.unpack_from(data)
     try:
-        return _walk(data, n, flags, (qdcount, ancount, nscount, arcount))
+        return _walk(data, len(data), flags, (qdcount, ancount, nscount, arcount))
     except (IndexError, struct.error):
+        return None
+
+
+def _canonical(data: bytes) -> Reply | None:
+    """dnspython reads the reply and writes it back with OPT last; then the hand reader indexes it."""
+    try:
+        rewritten = dns.message.from_wire(data, ignore_trailing=False).to_wire()
+    except (dns.exception.DNSException, ValueError, IndexError, UnicodeError):
+        return None
+    try:
+        return reread(rewritten)
+    except Unusual:
         return None
 
 
@@ -106,10 +137,12 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) ->
         if rtype == T_OPT:
             if index < ancount + nscount or opt_start >= 0 or data[start] != 0 or pos != start + 1:
                 return None  # OPT only once, in the additional section, owned by the root
+            if (rttl >> 16) & 0xFF:
+                return None  # an EDNS version we did not send (we send 0): not our answer
             opt_start = start
             rcode |= (rttl >> 24) << 4
-        elif rtype in (T_TSIG, T_TKEY, T_SIG):
-            raise Unusual(rtype)
+        elif rtype == T_TSIG:
+            return None  # we never sign; dnspython refuses a signed message without its key
         else:
             if index >= ancount:
                 owners.append(owner(data, start))
@@ -122,6 +155,8 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) ->
         pos = end
     if pos != n:
         return None  # trailing bytes: dnspython (ignore_trailing=False) refuses them too
+    if rcode > 10:
+        return None  # DSO's, unassigned, or extended rcodes (cookies, versions) we never asked for
     stored = b"\x00\x00" + data[2:]
     if opt_start >= 0:
         if any(off > opt_start for off in offsets):

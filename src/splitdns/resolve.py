@@ -47,11 +47,11 @@ import random
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import dns.exception
 import dns.message
 import dns.rcode
 import dns.rrset
 
+from splitdns import reply as replies
 from splitdns import wire
 from splitdns.cache import Cache, Entry
 from splitdns.config import Block
@@ -170,8 +170,7 @@ class Send:
 class Done:
     """The outcome of an exchange: an upstream reply, or an rcode of our own with a reason."""
 
-    reply: bytes | None = None
-    msg: dns.message.Message | None = None
+    reply: replies.Reply | None = None
     rcode: int = dns.rcode.SERVFAIL
     error: str | None = None
     ede: tuple[int, str] | None = None
@@ -201,19 +200,19 @@ class Exchange:
         self.order = self.fwd.ordered(self.rng)
         return self._next(self.now)
 
-    def answered(self, step: Send, reply: bytes, msg: dns.message.Message, now: float) -> Send | Done:
+    def answered(self, step: Send, reply: replies.Reply, now: float) -> Send | Done:
         step.upstream.fails = 0  # any reply at all means the upstream is alive
-        if not msg.question:
+        if not reply.question:
             # No question: acceptable only as a failure signal (wire.reply_matches).
-            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(msg.rcode())}"
+            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(reply.rcode())}"
             return self._next(now)
-        if msg.flags & wire.TC and not step.tcp:
+        if reply.flags & wire.TC and not step.tcp:
             return Send(step.upstream, True, self._timeout(now))
-        if msg.rcode() in self.fwd.spec.failover:
-            self.last_reply = Done(reply, msg)
-            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(msg.rcode())}"
+        if reply.rcode() in self.fwd.spec.failover:
+            self.last_reply = Done(reply)
+            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(reply.rcode())}"
             return self._next(now)
-        return Done(reply, msg)
+        return Done(reply)
 
     def failed(self, step: Send, error: str, now: float) -> Send | Done:
         if self.fwd.spec.max_fails > 0:
@@ -292,9 +291,9 @@ class Zone:
 
     def store(self, q: wire.Query, done: Done, now: float) -> Entry | None:
         """Cache an exchange's reply if it may be cached; done once per upstream exchange."""
-        if self.cache is None or done.reply is None or done.msg is None:
+        if self.cache is None or done.reply is None:
             return None
-        return self.cache.put(q.key, q.name, done.reply, done.msg, now)
+        return self.cache.put(q.key, q.name, done.reply, now)
 
     def tunnel_down(self, q: wire.Query, now: float) -> bytes | None:
         """While the tunnel is not up, the answer at once: stale if allowed, else SERVFAIL
@@ -339,9 +338,9 @@ class Zone:
         """The reply one client gets for an exchange's outcome (merged clients each get theirs)."""
         if entry is not None:
             return wire.render(entry.wire, entry.offsets, entry.remaining(now), q)
-        if done.reply is None or done.msg is None:
+        if done.reply is None:
             return wire.error_reply(q, done.rcode, done.ede)
-        return render_passthrough(done.reply, done.msg, q)
+        return wire.render(done.reply.stored, done.reply.offsets, None, q)
 
 
 def scrub(done: Done, zone: Zone, router: Router) -> Done:
@@ -350,38 +349,23 @@ def scrub(done: Done, zone: Zone, router: Router) -> Done:
     An upstream speaks only for its own zone: the catch-all's server must not hand the client
     an NS or address for a name the tunnel or cluster zone owns (Unbound's scrub_sanitize, in
     split-DNS terms). The answer section is kept as it is: it answers the question asked.
+    Rare, so dnspython rewrites the message: cutting records out of the bytes would break the
+    compression pointers of the records after them.
     """
-    msg = done.msg
-    if done.reply is None or msg is None or not (msg.authority or msg.additional):
+    reply = done.reply
+    if reply is None or all(router.route(owner) is zone for owner in reply.owners):
         return done
+    msg = dns.message.from_wire(reply.data)
 
     def ours(rrset: dns.rrset.RRset) -> bool:
         return router.route(rrset.name.canonicalize().to_wire() or b"\x00") is zone
 
-    authority = [r for r in msg.authority if ours(r)]
-    additional = [r for r in msg.additional if ours(r)]
-    if len(authority) == len(msg.authority) and len(additional) == len(msg.additional):
-        return done
-    msg.authority, msg.additional = authority, additional
-    return Done(msg.to_wire(), msg, done.rcode, done.error, done.ede)
-
-
-def render_passthrough(reply: bytes, msg: dns.message.Message, q: wire.Query) -> bytes:
-    indexed = wire.index_reply(reply)
-    if indexed is not None:
-        return wire.render(indexed[0], indexed[1], None, q)
-    out = dns.message.Message(q.id)  # dnspython path for replies we do not index by hand
-    # The same flags as wire.render: the client's RD/CD, no TC, AD only for clients that asked.
-    out.flags = (msg.flags & ~(wire.RD | wire.CD | wire.TC)) | (q.flags & (wire.RD | wire.CD))
-    if not (q.do or q.flags & wire.AD):
-        out.flags &= ~wire.AD
-    out.set_rcode(msg.rcode())
-    out.question = msg.question
-    out.answer, out.authority, out.additional = msg.answer, msg.authority, msg.additional
-    if q.edns:
-        out.use_edns(0, wire.DO if q.do else 0, wire.EDNS_PAYLOAD)
-    data = out.to_wire()
-    return data[:12] + q.question + data[12 + len(q.question):]
+    msg.authority = [r for r in msg.authority if ours(r)]
+    msg.additional = [r for r in msg.additional if ours(r)]
+    scrubbed = replies.reread(msg.to_wire())
+    if scrubbed is None:  # cannot happen for a message dnspython wrote; refuse rather than leak
+        return Done(error="the upstream reply could not be rewritten without foreign records")
+    return Done(scrubbed, done.rcode, done.error, done.ede)
 
 
 class Router:
@@ -417,16 +401,3 @@ class Router:
                 return zone
             pos += name[pos] + 1
         return table.get(b"\x00")
-
-
-def parse_reply(sent: bytes, data: bytes) -> dns.message.Message | None:
-    """An upstream reply that passed `wire.reply_matches`, parsed fully; None if it does not parse,
-    or if it could not answer our query: an EDNS version we did not send (we send 0), or an
-    rcode no QUERY reply can carry (11-15: DSO's, then unassigned). Dropped, as no reply."""
-    try:
-        msg = dns.message.from_wire(data, ignore_trailing=False)
-    except (dns.exception.DNSException, ValueError, IndexError):
-        return None
-    if msg.edns > 0 or 11 <= msg.rcode() <= 15:
-        return None
-    return msg

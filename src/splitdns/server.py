@@ -361,8 +361,8 @@ class Server:
             began = self.clock()
             to = str(step.upstream.upstream)
             try:
-                data, msg = await upstream.ask(sent, step.upstream.upstream, step.tcp,
-                                               step.timeout, self.counters)
+                reply = await upstream.ask(sent, step.upstream.upstream, step.tcp,
+                                           step.timeout, self.counters)
             except upstream.UpstreamError as err:
                 zone.stats.upstream[(to, "timeout" if "timeout" in str(err) else "error")].observe(
                     self.clock() - began)
@@ -370,9 +370,9 @@ class Server:
                 step = exchange.failed(step, str(err), self.clock())
                 self._watch(fwd, failed)
             else:
-                rcode = metrics.RCODES.get(msg.rcode(), "other")
+                rcode = metrics.RCODES.get(reply.rcode(), "other")
                 zone.stats.upstream[(to, rcode)].observe(self.clock() - began)
-                step = exchange.answered(step, data, msg, self.clock())
+                step = exchange.answered(step, reply, self.clock())
         return step
 
     # -- health probes -----------------------------------------------------------------------

@@ -14,9 +14,8 @@ import asyncio
 import socket
 import struct
 
-import dns.message
-
-from splitdns import resolve, wire
+from splitdns import reply as replies
+from splitdns import wire
 from splitdns.directives.forward import Upstream
 
 
@@ -33,7 +32,7 @@ class Counters:
 
 
 async def ask(sent: bytes, up: Upstream, tcp: bool, timeout: float,
-              counters: Counters) -> tuple[bytes, dns.message.Message]:
+              counters: Counters) -> replies.Reply:
     if timeout <= 0:
         raise UpstreamError("no time left before the deadline")
     if tcp:
@@ -46,7 +45,7 @@ def _family(host: str) -> socket.AddressFamily:
 
 
 async def _ask_udp(sent: bytes, up: Upstream, timeout: float,
-                   counters: Counters) -> tuple[bytes, dns.message.Message]:
+                   counters: Counters) -> replies.Reply:
     loop = asyncio.get_running_loop()
     sock = socket.socket(_family(up.host), socket.SOCK_DGRAM)
     try:
@@ -56,7 +55,7 @@ async def _ask_udp(sent: bytes, up: Upstream, timeout: float,
             sock.send(sent)
         except OSError as err:
             raise UpstreamError(f"send failed: {err.strerror or err}") from None
-        result: asyncio.Future[tuple[bytes, dns.message.Message]] = loop.create_future()
+        result: asyncio.Future[replies.Reply] = loop.create_future()
 
         def readable() -> None:
             for _ in range(64):  # bounded: a flood of forgeries cannot pin the loop here
@@ -72,11 +71,11 @@ async def _ask_udp(sent: bytes, up: Upstream, timeout: float,
                 if not wire.reply_matches(sent, data):
                     counters.mismatched += 1
                     continue
-                msg = resolve.parse_reply(sent, data)
-                if msg is None:
+                reply = replies.parse(sent, data)
+                if reply is None:
                     counters.unparseable += 1
                     continue
-                result.set_result((data, msg))
+                result.set_result(reply)
                 return
 
         def expire() -> None:
@@ -102,7 +101,7 @@ def _describe(err: OSError) -> str:
 
 
 async def _ask_tcp(sent: bytes, up: Upstream, timeout: float,
-                   counters: Counters) -> tuple[bytes, dns.message.Message]:
+                   counters: Counters) -> replies.Reply:
     writer = None
     try:
         async with asyncio.timeout(timeout):
@@ -123,8 +122,8 @@ async def _ask_tcp(sent: bytes, up: Upstream, timeout: float,
     if not wire.reply_matches(sent, data):
         counters.mismatched += 1
         raise UpstreamError("TCP reply does not match the query")
-    msg = resolve.parse_reply(sent, data)
-    if msg is None:
+    reply = replies.parse(sent, data)
+    if reply is None:
         counters.unparseable += 1
         raise UpstreamError("TCP reply does not parse")
-    return data, msg
+    return reply

@@ -1,4 +1,4 @@
-"""DNS on the wire for the hot path: read a plain query, index a reply, render a cached answer.
+"""DNS on the wire for the hot path: read a plain query, render a cached or passed-through answer.
 
 Hand-written because building a dnspython message costs about ten times the rest of a
 cache hit. It handles only the common shapes and answers None for anything else, so the
@@ -14,7 +14,6 @@ HEADER = struct.Struct("!HHHHHH")
 _U16 = struct.Struct("!H")
 _TYPE_CLASS = struct.Struct("!HH")
 _OPT_FIXED = struct.Struct("!HHBBHH")  # type, payload, ext-rcode, version, flags, rdlength
-_RR_FIXED = struct.Struct("!HHIH")     # type, class, ttl, rdlength
 
 QR = 0x8000
 OPCODE_MASK = 0x7800
@@ -158,45 +157,6 @@ def question_length(query: bytes) -> int:
     while query[pos]:
         pos += query[pos] + 1
     return pos + 1 + 4 - 12
-
-
-def skip_name(wire: bytes, pos: int) -> int:
-    while True:
-        length = wire[pos]
-        if length == 0:
-            return pos + 1
-        if length >= 0xC0:
-            return pos + 2
-        pos += length + 1
-
-
-def index_reply(reply: bytes) -> tuple[bytes, tuple[int, ...]] | None:
-    """The reply without its OPT record and ID, and the offset of every TTL in it.
-
-    The reply must already have been parsed by dnspython (so it is well formed). None
-    when the OPT record is not last, which we would have to splice out: rare, slow path.
-    """
-    _, flags, qdcount, ancount, nscount, arcount = HEADER.unpack_from(reply)
-    pos = 12
-    for _ in range(qdcount):
-        pos = skip_name(reply, pos) + 4
-    offsets: list[int] = []
-    opt_start = -1
-    for _ in range(ancount + nscount + arcount):
-        start = pos
-        pos = skip_name(reply, pos)
-        rtype, _, _, rdlen = _RR_FIXED.unpack_from(reply, pos)
-        if rtype == TYPE_OPT:
-            opt_start = start
-        else:
-            offsets.append(pos + 4)
-        pos += 10 + rdlen
-    if opt_start < 0:
-        return b"\x00\x00" + reply[2:pos], tuple(offsets)
-    if pos != len(reply) or any(off > opt_start for off in offsets):
-        return None
-    header = HEADER.pack(0, flags, qdcount, ancount, nscount, arcount - 1)
-    return header + reply[12:opt_start], tuple(offsets)
 
 
 def render(stored: bytes, ttl_offsets: tuple[int, ...], ttl: int | None, q: Query) -> bytes:
