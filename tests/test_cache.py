@@ -115,3 +115,16 @@ def test_cache_memory_budget_evicts_before_capacity() -> None:
         records = [r.replace("many", f"n{i}") for r in big]
         put(cache, reply(client, *records), client)
     assert cache.bytes <= 20_000 and 0 < len(cache) < 50 and cache.evictions == 50 - len(cache)
+
+
+def test_entries_of_the_same_shape_share_their_offsets_and_ttl() -> None:
+    """Memory, not speed: 100k cached names must not hold 100k equal tuples and TTLs."""
+    cache = Cache(CacheSpec(success_ttl=3600))
+    entries = []
+    for name in ("aa.example.org.", "bb.example.org."):
+        client = query(name)
+        entries.append(put(cache, reply(client, f"{name} 300 IN A 192.0.2.1"), client)[1])
+    first, second = entries
+    assert first is not None and second is not None
+    assert first.offsets == second.offsets and first.offsets is second.offsets
+    assert first.ttl == 300 and first.ttl is second.ttl

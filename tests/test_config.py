@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import dns.name
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from splitdns import config, resolve
+from splitdns.directives._args import domain_name
 from splitdns.errors import ConfigError
 from tests.test_corefile import SEED
 
@@ -174,3 +178,24 @@ def test_limits_have_defaults_and_can_be_set() -> None:
     assert (cfg.limits.pending, cfg.limits.tcp_buffer, cfg.limits.cache_memory) == (10, 16384, 8_000_000)
     with pytest.raises(ConfigError, match="Corefile:3: cache_memory: 'lots' is not a size"):
         load(". {\n limits {\n  cache_memory lots\n }\n}\n")
+
+
+@pytest.mark.parametrize(("key", "why"), [
+    ("a..b", "an empty label"),
+    ("x" * 64 + ".example", "longer than 63"),
+    (".".join(["abcdefghi"] * 26), "longer than 255 octets"),
+    ("café.example", "xn-- form"),
+    ("a b.example", "not allowed in a zone name"),
+])
+def test_bad_zone_names_say_what_breaks(key: str, why: str) -> None:
+    with pytest.raises(ConfigError, match=why) as err:
+        config.loads(f'"{key}" {{\n forward . 192.0.2.1\n}}\n', "Corefile", env={})
+    assert str(err.value).startswith("Corefile:1: ")
+
+
+@given(st.lists(st.text(alphabet="abcXYZ019-_", min_size=1, max_size=63), min_size=1, max_size=4),
+       st.booleans())
+@settings(max_examples=200, deadline=None)
+def test_zone_names_normalise_as_dnspython_does(labels: list[str], dot: bool) -> None:
+    text = ".".join(labels) + ("." if dot else "")
+    assert domain_name(text) == dns.name.from_text(text.lower()).to_text()

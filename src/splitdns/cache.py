@@ -9,6 +9,7 @@ and a few byte patches (`wire.render`). Never touches a socket or a clock.
 from __future__ import annotations
 
 from collections import OrderedDict
+from typing import TypeVar
 
 import dns.rcode
 
@@ -20,18 +21,27 @@ SUCCESS, DENIAL, SERVFAIL = "success", "denial", "servfail"
 
 
 class Entry:
-    __slots__ = ("expires", "kind", "offsets", "refresh_after", "stale_until", "stored", "ttl", "wire")
+    """One cached reply. Lean on purpose: 100k of them are the cache's memory (bench/)."""
+
+    __slots__ = ("kind", "offsets", "refresh_after", "stale", "stored", "ttl", "wire")
 
     def __init__(self, stored: bytes, offsets: tuple[int, ...], kind: str, ttl: float,
                  now: float, stale: float) -> None:
         self.wire = stored
-        self.offsets = offsets
+        self.offsets = _shared(offsets)
         self.kind = kind
-        self.ttl = ttl
+        self.ttl = _shared(ttl)
         self.stored = now
-        self.expires = now + ttl
-        self.stale_until = self.expires + stale
+        self.stale = stale        # the serve_stale window: the spec's own float, not a copy
         self.refresh_after = 0.0  # while stale: no upstream refresh before this (RFC 8767 recheck)
+
+    @property
+    def expires(self) -> float:
+        return self.stored + self.ttl
+
+    @property
+    def stale_until(self) -> float:
+        return self.stored + self.ttl + self.stale
 
     def remaining(self, now: float) -> int:
         """TTL to serve: counts down from the stored duration; 0 once stale."""
@@ -68,10 +78,11 @@ class Cache:
             entry = table.get(key)
             if entry is None:
                 return None
-        if now < entry.expires:
+        age = now - entry.stored
+        if age < entry.ttl:
             table.move_to_end(key)
             return entry
-        if now >= entry.stale_until:
+        if age >= entry.ttl + entry.stale:
             self._forget(key, entry)
         return None
 
@@ -135,6 +146,23 @@ class Cache:
     def _forget(self, key: bytes, entry: Entry) -> None:
         if (self._success if entry.kind == SUCCESS else self._denial).pop(key, None) is not None:
             self.bytes -= _cost(key, entry)
+
+
+_T = TypeVar("_T")
+_SHARED: dict[object, object] = {}
+SHARED_VALUES = 8192
+
+
+def _shared(value: _T) -> _T:
+    """One object for equal values held by many entries: the offsets tuple of every reply of
+    the same shape (names of the same length), the TTL of every name a zone serves with the
+    same TTL. Most entries share both, and save 56 + 28 bytes each."""
+    seen = _SHARED.get(value)
+    if seen is not None:
+        return seen  # type: ignore[return-value]
+    if len(_SHARED) < SHARED_VALUES:
+        _SHARED[value] = value
+    return value
 
 
 def _cost(key: bytes, entry: Entry) -> int:

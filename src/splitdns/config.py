@@ -11,11 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-import dns.exception
-import dns.name
-
 from splitdns import corefile
 from splitdns.directives import bind, cache, forward, limits, logging, openvpn, operations
+from splitdns.directives._args import domain_name
 from splitdns.errors import ConfigError, Location
 
 DEFAULT_PORT = 53
@@ -202,10 +200,9 @@ def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], 
     if "/" in host:
         return _reverse_zones(where, host), port
     try:
-        name = dns.name.from_text(host.lower())
-    except dns.exception.DNSException as err:
+        return [domain_name(host)], port
+    except ValueError as err:
         raise ConfigError(where, f"{host!r} is not a valid zone name ({err})") from None
-    return [name.to_text()], port
 
 
 def _reverse_zones(where: Location, cidr: str) -> list[str]:

@@ -12,18 +12,20 @@ AXFR, IXFR, TSIG, TKEY, MAILA, MAILB: `wire.is_meta_type`). Pure: no sockets, no
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
-import dns.edns
 import dns.exception
 import dns.flags
-import dns.message
-import dns.name
 import dns.opcode
 import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
 
 from splitdns import wire
+
+if TYPE_CHECKING:
+    import dns.message
+    import dns.name
 
 Verdict = wire.Query | bytes | None  # a query to resolve, a reply to send now, or silence
 MAX_ADDITIONAL = 2  # ARCOUNT above this is FORMERR (miekg/dns: an OPT and a TSIG at most)
@@ -46,9 +48,11 @@ def _read_slow(data: bytes) -> Verdict:
         return _header_only(qid, flags, dns.rcode.NOTIMP)
     if struct.unpack_from("!H", data, 10)[0] > MAX_ADDITIONAL:
         return _header_only(qid, flags, dns.rcode.FORMERR)
+    from dns.message import BadEDNS, from_wire  # here: 6 MiB plain queries never need (bench/)
+
     try:
-        msg = dns.message.from_wire(data, ignore_trailing=False)
-    except dns.message.BadEDNS:
+        msg = from_wire(data, ignore_trailing=False)
+    except BadEDNS:
         return _header_only(qid, flags, dns.rcode.FORMERR)
     except (dns.exception.DNSException, ValueError, IndexError, UnicodeError):
         return _header_only(qid, flags, dns.rcode.FORMERR)

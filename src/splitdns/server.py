@@ -182,6 +182,7 @@ class Server:
     def _udp_readable(self, listener: Listener) -> None:
         sock = listener.udp
         assert sock is not None
+        memo = listener.router.memo
         for _ in range(UDP_READS_PER_WAKEUP):
             try:
                 data, addr = sock.recvfrom(4096)
@@ -189,8 +190,17 @@ class Server:
                 return
             except OSError:
                 continue  # e.g. an ICMP error queued on the socket: not ours to act on
+            now = self.clock()
+            repeat = memo.lookup(data, now)
+            if repeat is not None:
+                out, seen = repeat
+                self._send_udp(sock, out, addr)
+                stats = seen.zone.stats
+                stats.cache_hits += 1
+                stats.answered("udp", listener.family, seen.qtype, out, self.clock() - now)
+                continue
             q = wire.parse_query(data)
-            if q is not None and self._answer_hit(q, listener, addr, len(data)):
+            if q is not None and self._answer_hit(q, data, listener, addr, now):
                 continue
             verdict = queries.read(data) if q is None else q
             if verdict is None:
@@ -200,17 +210,18 @@ class Server:
                 continue
             self._spawn(self._resolve_udp(verdict, listener, addr, len(data)))
 
-    def _answer_hit(self, q: wire.Query, listener: Listener, addr: tuple[str, int],
-                    size: int) -> bool:
-        """The hot path: a fresh cache entry answered from wire bytes. False on a miss."""
+    def _answer_hit(self, q: wire.Query, data: bytes, listener: Listener, addr: tuple[str, int],
+                    now: float) -> bool:
+        """The hot path: a fresh cache entry answered from wire bytes. False on a miss.
+        The reply is remembered (memo.py) unless the zone logs every query."""
         zone = listener.router.route(q.name)
         if zone is None or zone.cache is None:
             return False
-        now = self.clock()
         entry = zone.cache.get(q.key, now)
         if entry is None:
             return False
-        out = wire.render(entry.wire, entry.offsets, entry.remaining(now), q)
+        ttl = entry.remaining(now)
+        out = wire.render(entry.wire, entry.offsets, ttl, q)
         if len(out) > q.max_udp:
             out = wire.truncated(q, struct.unpack_from("!H", entry.wire, 2)[0])
         assert listener.udp is not None
@@ -219,7 +230,9 @@ class Server:
         stats.cache_hits += 1
         stats.answered("udp", listener.family, q.qtype, out, self.clock() - now)
         if zone.block.log is not None:
-            self._log_query(zone.block, q, addr, "udp", size, out, now)
+            self._log_query(zone.block, q, addr, "udp", len(data), out, now)
+        else:
+            listener.router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out)
         return True
 
     async def _resolve_udp(self, q: wire.Query, listener: Listener, addr: tuple[str, int],

@@ -1,0 +1,120 @@
+"""The memo of rendered cache hits: it answers a repeat exactly as the cache would, or not at all."""
+
+from __future__ import annotations
+
+import dns.edns
+import dns.message
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splitdns import config, resolve, wire
+from splitdns.memo import Memo
+from tests.helpers import indexed, query, reply
+from tests.helpers import wire as to_wire
+
+COREFILE = ". {\n cache 30\n forward . 192.0.2.10\n}\ncorp.example {\n cache 30\n forward . 192.0.2.20\n}\n"
+NAME = "api.corp.example."
+
+
+def setup() -> tuple[resolve.Router, resolve.Zone]:
+    router = resolve.Router(resolve.Zone(b) for b in config.loads(COREFILE, "Corefile", env={}).blocks)
+    zone = router.route(resolve.name_to_wire(NAME))
+    assert zone is not None and zone.cache is not None
+    return router, zone
+
+
+def fill(zone: resolve.Zone, client: dns.message.Message, now: float, ttl: int = 30,
+         address: str = "10.8.0.5") -> None:
+    q = wire.parse_query(to_wire(client))
+    assert q is not None and zone.cache is not None
+    zone.cache.put(q.key, q.name, indexed(reply(client, f"{NAME} {ttl} IN A {address}")), now)
+
+
+def served(router: resolve.Router, data: bytes, now: float) -> bytes | None:
+    """What the shell's hot path sends: the memo's reply, else a rendered hit (remembered)."""
+    repeat = router.memo.lookup(data, now)
+    if repeat is not None:
+        return repeat[0]
+    q = wire.parse_query(data)
+    assert q is not None
+    zone = router.route(q.name)
+    entry = zone.cache.get(q.key, now) if zone is not None and zone.cache is not None else None
+    if zone is None or entry is None:
+        return None
+    ttl = entry.remaining(now)
+    out = wire.render(entry.wire, entry.offsets, ttl, q)
+    router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out)
+    return out
+
+
+def rendered(zone: resolve.Zone, data: bytes, now: float) -> bytes | None:
+    """The reference: the cache's answer, rendered afresh."""
+    q = wire.parse_query(data)
+    assert q is not None and zone.cache is not None
+    entry = zone.cache.get(q.key, now)
+    return None if entry is None else wire.render(entry.wire, entry.offsets, entry.remaining(now), q)
+
+
+def test_a_repeat_gets_the_same_reply_with_its_own_id() -> None:
+    router, zone = setup()
+    fill(zone, query(NAME), now=100.0)
+    first = served(router, to_wire(query(NAME, qid=1)), 100.0)
+    assert len(router.memo) == 1
+    again = router.memo.lookup(to_wire(query(NAME, qid=0xBEEF)), 100.5)
+    assert first is not None and again is not None
+    assert again[0] == rendered(zone, to_wire(query(NAME, qid=0xBEEF)), 100.5)
+    assert again[0][:2] == b"\xbe\xef" and again[0][2:] == first[2:]
+
+
+def test_a_new_second_a_replaced_entry_or_expiry_each_end_the_memo() -> None:
+    router, zone = setup()
+    data = to_wire(query(NAME))
+    fill(zone, query(NAME), now=100.0)
+    served(router, data, 100.0)
+    assert router.memo.lookup(data, 101.0) is None  # the TTL went down a second: render anew
+    served(router, data, 101.0)
+    fill(zone, query(NAME), now=101.2, address="10.8.0.6")  # a refresh replaced the entry
+    assert router.memo.lookup(data, 101.3) is None
+    out = served(router, data, 101.3)
+    assert out is not None and b"\x0a\x08\x00\x06" in out
+    assert router.memo.lookup(data, 131.3) is None and served(router, data, 131.3) is None  # expired
+
+
+def test_other_bytes_are_other_questions() -> None:
+    router, zone = setup()
+    fill(zone, query(NAME), now=100.0)
+    served(router, to_wire(query(NAME)), 100.0)
+    for other in (query(NAME.upper()), query(NAME, do=True), query(NAME, edns=-1), query(NAME, "AAAA")):
+        assert router.memo.lookup(to_wire(other), 100.0) is None
+
+
+def test_learning_zones_forgets_and_the_memo_is_bounded() -> None:
+    router, zone = setup()
+    fill(zone, query(NAME), now=100.0)
+    served(router, to_wire(query(NAME)), 100.0)
+    router.learn(zone, ["pushed.example."])
+    assert len(router.memo) == 0
+    small = Memo(limit=2)
+    for i in range(5):
+        small.remember(bytes([0, i]) + b"q%d" % i, zone, b"k", object(), 30, 1, b"\x00\x00r")  # type: ignore[arg-type]
+        assert len(small) <= 2
+    padded = query(NAME)
+    padded.use_edns(0, options=[dns.edns.GenericOption(65001, b"x" * 600)])
+    long_query = to_wire(padded)
+    small.remember(long_query, zone, b"k", object(), 30, 1, b"\x00\x00r")  # type: ignore[arg-type]
+    assert small.lookup(long_query, 100.0) is None
+
+
+@given(steps=st.lists(st.tuples(st.floats(0, 3), st.integers(0, 0xFFFF),
+                                st.sampled_from([NAME, NAME.upper()]), st.booleans(), st.booleans()),
+                      min_size=1, max_size=30))
+@settings(max_examples=200, deadline=None)
+def test_the_memo_never_answers_other_than_the_cache(steps: list[tuple[float, int, str, bool, bool]]) -> None:
+    router, zone = setup()
+    now = 1000.0
+    for delay, qid, name, refill, do in steps:
+        now += delay
+        if refill:
+            fill(zone, query(NAME), now, ttl=1 + qid % 40, address=f"10.8.{qid % 200}.1")
+        data = to_wire(query(name, qid=qid, do=do))
+        assert served(router, data, now) == rendered(zone, data, now)
