@@ -6,6 +6,7 @@ besides the Corefile itself, and it happens here, at load, as in CoreDNS.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -82,7 +83,7 @@ class Config:
     def ready(self) -> operations.Endpoint | None:
         return next((b.ready.endpoint for b in self.blocks if b.ready), None)
 
-    @property
+    @functools.cached_property
     def limits(self) -> limits.Limits:
         """Process-wide: the first block's `limits`, else the defaults."""
         return next((b.limits for b in self.blocks if b.limits), limits.Limits())

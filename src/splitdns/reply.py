@@ -17,7 +17,6 @@ from __future__ import annotations
 import struct
 
 import dns.exception
-import dns.rcode
 
 from splitdns import wire
 
@@ -55,8 +54,8 @@ class Reply:
         self.offsets = offsets      # where each TTL sits in `stored`
         self.owners = owners        # lower-cased owner names in authority and additional (not OPT)
 
-    def rcode(self) -> dns.rcode.Rcode:
-        return dns.rcode.Rcode(self.rcode_value)
+    def rcode(self) -> int:
+        return self.rcode_value
 
     @property
     def question(self) -> bool:

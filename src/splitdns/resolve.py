@@ -207,13 +207,13 @@ class Exchange:
         step.upstream.fails = 0  # any reply at all means the upstream is alive
         if not reply.question:
             # No question: acceptable only as a failure signal (wire.reply_matches).
-            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(reply.rcode())}"
+            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(dns.rcode.Rcode(reply.rcode()))}"
             return self._next(now)
         if reply.flags & wire.TC and not step.tcp:
             return Send(step.upstream, True, self._timeout(now))
         if reply.rcode() in self.fwd.spec.failover:
             self.last_reply = Done(reply)
-            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(reply.rcode())}"
+            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(dns.rcode.Rcode(reply.rcode()))}"
             return self._next(now)
         return Done(reply)
 
