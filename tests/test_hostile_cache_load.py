@@ -511,7 +511,7 @@ def test_h3_parallel_a_and_aaaa_use_different_ports(tmp_path: Path) -> None:
     assert same == 0
 
 
-# --- hostile: I2, I3 ------------------------------------------------------------------------
+# --- hostile: I2; I3 (core) ------------------------------------------------------------------------
 
 @pytest.mark.hostile
 @pytest.mark.netns
@@ -572,16 +572,39 @@ def _died(proc: subprocess.Popen[bytes], log: Path) -> None:
         raise AssertionError(f"exited {proc.returncode}: {log.read_text()}")
 
 
-@pytest.mark.hostile
-@pytest.mark.xfail(strict=True, reason="I3 needs a new option (private-address filtering per zone, and a "
-                   "Host check on the HTTP endpoints): config surface outside this issue's files")
+REBINDING_RULES = [
+    {"qname": "v4.public.test", "records": [f"{{qname}} 60 IN A {a}" for a in
+                                            ("127.0.0.1", "10.1.2.3", "169.254.169.254", "192.0.2.7")]},
+    {"qname": "v6.public.test", "records": ["{qname} 60 IN AAAA ::ffff:127.0.0.1",
+                                            "{qname} 60 IN AAAA fd00::1"]},
+    {"qname": "nas.home.test", "records": ["{qname} 60 IN A 192.168.1.10"]},
+    {"suffix": ".", "records": ["{qname} 60 IN A 192.0.2.1"]}]
+
+
 def test_i3_rebinding_addresses_are_stripped(tmp_path: Path) -> None:
-    rules = [{"suffix": ".", "records": ["{qname} 60 IN A 127.0.0.1"]}]
-    with split_dns(tmp_path, any_rules=rules) as s:
-        msg = s.ask("rebind.public.test.")
-    figure("I3", f"a public name answered with 127.0.0.1: {rdata(msg)} served (known gap, xfail: no "
-                 "rebinding filter yet)")
-    assert "127.0.0.1" not in rdata(msg)
+    """In `make test`: quick, and a rebinding filter that silently stopped would go unnoticed."""
+    top = "private_addresses {\n        allow home.test\n    }"
+    with split_dns(tmp_path, any_rules=REBINDING_RULES, top=top, ops=True) as s:
+        v4 = [s.ask("v4.public.test.") for _ in range(2)]  # the second from cache: clean too
+        v6 = s.ask("v6.public.test.", "AAAA")
+        lan = s.ask("nas.home.test.")
+        tunnel = s.ask("api.corp.example.")
+        cluster = s.ask("kubernetes.default.svc.cluster.local.")
+        removed = metric(s.metrics(), "splitdns_private_addresses_removed_total", zone=".")
+        foreign = http_get(s.hport, "/health", headers={"Host": "rebind.attacker.test"})
+        local = http_get(s.hport, "/health", headers={"Host": f"127.0.0.1:{s.hport}"})
+        log = s.r.stderr()
+    v6_seen = dns.rcode.to_text(v6.rcode()) + (" (NODATA)" if not v6.answer else f" {rdata(v6)}")
+    figure("I3", f"U-any answered 127.0.0.1, 10.1.2.3, 169.254.169.254 and 192.0.2.7: {rdata(v4[0])} "
+                 f"served (cached: {rdata(v4[1])}); ::ffff:127.0.0.1 and fd00::1: {v6_seen}; allowed zone: "
+                 f"{rdata(lan)}; tunnel {rdata(tunnel)} and cluster {rdata(cluster)} untouched; {removed:g} "
+                 f"addresses counted; /health with a foreign Host: {foreign[0]}, with 127.0.0.1: {local[0]}")
+    assert all(rdata(m) == ["192.0.2.7"] for m in v4)
+    assert v6.rcode() == dns.rcode.NOERROR and v6.answer == []
+    assert rdata(lan) == ["192.168.1.10"] and rdata(tunnel) == ["10.8.0.5"]
+    assert rdata(cluster) == ["10.96.0.1"]
+    assert removed == 5 and "possible DNS rebinding" in log
+    assert foreign[0] == 403 and local[0] == 200
 
 
 # --- hostile: J2, J3 ------------------------------------------------------------------------

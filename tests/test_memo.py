@@ -18,7 +18,7 @@ NAME = "api.corp.example."
 
 def setup() -> tuple[resolve.Router, resolve.Zone]:
     router = resolve.Router(resolve.Zone(b) for b in config.loads(COREFILE, "Corefile", env={}).blocks)
-    zone = router.route(resolve.name_to_wire(NAME))
+    zone = router.route(wire.name_to_wire(NAME))
     assert zone is not None and zone.cache is not None
     return router, zone
 

@@ -251,23 +251,23 @@ def test_h1_routing_is_the_longest_whole_label_suffix(zones: list[str], root: bo
     name = ".".join("".join(c.upper() if rng.random() < 0.3 else c for c in lab) for lab in name_labels) + "."
     if name == ".":
         name = "."
-    wire_name = resolve.name_to_wire(name)
+    wire_name = wire.name_to_wire(name)
     routed = router.route(wire_name)
     expected = reference_route(name, all_zones)
     assert (routed.block.zones[0] if routed is not None else None) == expected, (name, all_zones)
     # The lookalike neighbours of every zone: "x" glued to the first label is never the zone.
     for zone in zones:
         look = "x" + zone
-        got = router.route(resolve.name_to_wire(look))
+        got = router.route(wire.name_to_wire(look))
         assert got is None or got.block.zones[0] != zone
 
 
 def test_h1_route_is_case_blind_and_label_exact() -> None:
     router = router_for(SPLIT)
-    corp = router.route(resolve.name_to_wire("API.CORP.EXAMPLE."))
-    evil = router.route(resolve.name_to_wire("evilcorp.example."))
-    under = router.route(resolve.name_to_wire("corp.example.evil.test."))
+    corp = router.route(wire.name_to_wire("API.CORP.EXAMPLE."))
+    evil = router.route(wire.name_to_wire("evilcorp.example."))
+    under = router.route(wire.name_to_wire("corp.example.evil.test."))
     assert corp is not None and corp.block.zones == ("corp.example.",)
     assert evil is not None and evil.block.zones == (".",)
     assert under is not None and under.block.zones == (".",)
-    assert dns.name.from_text("corp.example.").to_wire() == resolve.name_to_wire("corp.example.")
+    assert dns.name.from_text("corp.example.").to_wire() == wire.name_to_wire("corp.example.")

@@ -65,11 +65,11 @@ def test_forward_from_and_except() -> None:
         forward sub.example.org 192.0.2.2
         forward . 192.0.2.1 { except private.example.org }
     }""")
-    zone = router.route(resolve.name_to_wire("example.org."))
+    zone = router.route(wire.name_to_wire("example.org."))
     assert zone is not None
 
     def chosen(name: str) -> str | None:
-        fwd = zone.forward_for(resolve.name_to_wire(name))
+        fwd = zone.forward_for(wire.name_to_wire(name))
         return None if fwd is None else str(fwd.spec.upstreams[0])
 
     assert chosen("a.sub.example.org.") == "192.0.2.2:53"   # file order: the child first
@@ -208,7 +208,7 @@ def test_random_policy_spreads_over_upstreams() -> None:
 def test_scrub_drops_records_another_zone_owns_and_keeps_the_answer() -> None:
     text = ". {\n forward . 192.0.2.10\n}\ncorp.example {\n forward . 192.0.2.20\n}\n"
     router = resolve.Router(resolve.Zone(b) for b in config.loads(text, "Corefile", env={}).blocks)
-    catch_all = router.route(resolve.name_to_wire("x.public.test."))
+    catch_all = router.route(wire.name_to_wire("x.public.test."))
     assert catch_all is not None
     clean = reply(query("x.public.test."), "x.public.test. 60 IN CNAME db.corp.example.",
                   authority=("public.test. 60 IN NS ns.public.test.",))

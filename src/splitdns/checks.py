@@ -16,7 +16,7 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import config, resolve
+from splitdns import config, resolve, wire
 from splitdns.diagnosis import NameCheck, TcpCheck
 
 TIMEOUT = 2.0
@@ -98,7 +98,7 @@ def owner(name: str, cfg: config.Config | None) -> tuple[str | None, list[str]]:
     if cfg is None:
         return None, []
     router = resolve.Router(resolve.Zone(b) for b in cfg.blocks)
-    wire_name = resolve.name_to_wire(name)
+    wire_name = wire.name_to_wire(name)
     zone = router.route(wire_name)
     if zone is None:
         return None, []

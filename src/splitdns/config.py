@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitdns import corefile
-from splitdns.directives import bind, cache, forward, limits, logging, openvpn, operations
+from splitdns.directives import bind, cache, forward, limits, logging, openvpn, operations, private
 from splitdns.directives._args import domain_name
 from splitdns.errors import ConfigError, Location
 
 DEFAULT_PORT = 53
 
 SUPPORTED = ("bind", "cache", "errors", "forward", "health", "limits", "log", "loop", "openvpn",
-             "prometheus", "ready", "reload")
+             "private_addresses", "prometheus", "ready", "reload")
 # Directives CoreDNS has that we deliberately do not: named in the error so the user
 # knows the Corefile is fine for CoreDNS but not for us.
 COREDNS_ONLY = (
@@ -32,14 +32,15 @@ COREDNS_ONLY = (
 )
 # CoreDNS runs plugins in a compiled order, not in file order (plugin.cfg); so do we.
 ORDER = ("reload", "bind", "limits", "ready", "health", "prometheus", "errors", "log", "cache", "loop",
-         "openvpn", "forward")
+         "private_addresses", "openvpn", "forward")
 ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready", "openvpn",
-        "limits")
+        "limits", "private_addresses")
 PARSERS: dict[str, Callable[[corefile.Statement], object]] = {
     "bind": bind.parse, "cache": cache.parse, "errors": logging.parse_errors, "log": logging.parse_log,
     "health": operations.parse_health, "ready": operations.parse_ready,
     "prometheus": operations.parse_prometheus, "reload": operations.parse_reload,
     "loop": operations.parse_loop, "openvpn": openvpn.parse, "limits": limits.parse,
+    "private_addresses": private.parse,
 }
 
 
@@ -63,6 +64,7 @@ class Block:
     loop: bool = False
     openvpn: openvpn.OpenVPNSpec | None = None
     limits: limits.Limits | None = None
+    private_addresses: private.PrivateSpec | None = None
 
     @property
     def name(self) -> str:

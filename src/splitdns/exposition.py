@@ -126,6 +126,10 @@ class _UpstreamFamilies:
                                        "Failures in a row of this upstream.", labels=["zone", "to"])
         self.loops = CounterMetricFamily("splitdns_loop_detected", "Forwarding loops detected.",
                                          labels=["zone"])
+        self.private = CounterMetricFamily("splitdns_private_addresses_removed", "Addresses "
+                                           "private_addresses removed from upstream replies (DNS "
+                                           "rebinding attempts, or a zone that needs `allow`).",
+                                           labels=["zone"])
         self.ready = GaugeMetricFamily("splitdns_zone_ready", "1 once the zone answered through its "
                                        "upstreams; 0 before, or while a loop is detected.", labels=["zone"])
         self._broken = 0
@@ -143,13 +147,14 @@ class _UpstreamFamilies:
                 self.healthy.add_metric([name, str(state.upstream)], 0 if down else 1)
                 self.fails.add_metric([name, str(state.upstream)], state.fails)
         self.loops.add_metric([name], zone.stats.loops_detected)
+        self.private.add_metric([name], zone.stats.private_removed)
         self.ready.add_metric([name], 1 if zone.ready and not zone.loop_error else 0)
 
     def families(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         self.broken.add_metric([], self._broken)
         self.rejects.add_metric([], self._rejects)
         yield from (self.duration, self.broken, self.rejects, self.healthy, self.fails, self.loops,
-                    self.ready)
+                    self.private, self.ready)
 
 
 def registry(collector: ServerCollector) -> CollectorRegistry:

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import config, corefile, http, logs, metrics, openvpn, resolve
+from splitdns import config, corefile, http, logs, metrics, openvpn, resolve, wire
 from splitdns.directives.forward import Upstream
 from splitdns.directives.openvpn import OpenVPNSpec
 from splitdns.errors import ConfigError
@@ -176,7 +176,7 @@ class Runtime:
 
     def _probe_names(self, zone: resolve.Zone, names: list[str]) -> list[tuple[str, int]]:
         router = resolve.Router(self.server.zones.values())
-        mine = [(n, int(dns.rdatatype.A)) for n in names if router.route(resolve.name_to_wire(n)) is zone]
+        mine = [(n, int(dns.rdatatype.A)) for n in names if router.route(wire.name_to_wire(n)) is zone]
         return mine or [(zone.name, int(dns.rdatatype.NS))]
 
     async def _until_ready(self, zone: resolve.Zone, names: list[tuple[str, int]]) -> None:
@@ -206,7 +206,7 @@ class Runtime:
     async def _loop_probe(self, zone: resolve.Zone) -> None:
         for _ in range(LOOP_PROBE_ATTEMPTS):
             name = f"{secrets.token_hex(6)}.{secrets.token_hex(6)}.{zone.name}".replace("..", ".")
-            key = resolve.name_to_wire(name)
+            key = wire.name_to_wire(name)
             self.server.loop_probes[key] = zone
             detected_before = zone.stats.loops_detected
             try:

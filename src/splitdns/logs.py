@@ -15,7 +15,7 @@ from typing import TextIO
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import resolve, wire
+from splitdns import wire
 
 _FLAG_NAMES = ((wire.QR, "qr"), (wire.AA, "aa"), (wire.TC, "tc"), (wire.RD, "rd"),
                (wire.RA, "ra"), (wire.AD, "ad"), (wire.CD, "cd"))
@@ -29,7 +29,7 @@ def _flags(reply: bytes) -> str:
 def query_line(q: wire.Query, remote: tuple[str, int], proto: str, size: int,
                reply: bytes, seconds: float, as_json: bool) -> str:
     qtype = dns.rdatatype.to_text(dns.rdatatype.RdataType.make(q.qtype))
-    name = resolve.wire_to_text(q.question[:-4])
+    name = wire.wire_to_text(q.question[:-4])
     rcode = dns.rcode.to_text(dns.rcode.Rcode(reply[3] & 0xF)) if len(reply) >= 4 else "-"
     if as_json:
         return json.dumps({
@@ -52,6 +52,10 @@ def error_line(rcode: int, name: str, qtype: str, error: str, as_json: bool) -> 
 
 def info(message: str, out: TextIO | None = None) -> None:
     print(f"[INFO] {message}", file=out or sys.stderr, flush=True)
+
+
+def warning(message: str, out: TextIO | None = None) -> None:
+    print(f"[WARNING] {message}", file=out or sys.stderr, flush=True)
 
 
 def error(message: str, out: TextIO | None = None) -> None:

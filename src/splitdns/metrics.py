@@ -58,6 +58,7 @@ class ZoneStats:
     upstream: defaultdict[tuple[str, str], Histogram] = field(
         default_factory=lambda: defaultdict(Histogram))
     loops_detected: int = 0
+    private_removed: int = 0  # addresses `private_addresses` took out of replies
 
     def answered(self, proto: str, family: str, qtype: int, reply: bytes, seconds: float) -> None:
         label = type_label(qtype)

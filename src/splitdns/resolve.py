@@ -57,6 +57,7 @@ from splitdns.config import Block
 from splitdns.directives.forward import ForwardSpec, Upstream
 from splitdns.memo import Memo
 from splitdns.metrics import ZoneStats
+from splitdns.rebinding import PrivateFilter
 from splitdns.tunnel import TunnelState
 
 if TYPE_CHECKING:
@@ -70,37 +71,6 @@ EDE_PROHIBITED = 18
 
 STALE_TTL = 30  # RFC 8767 4: the TTL of a stale answer
 STALE_RECHECK = 30.0  # RFC 8767 4: after a refresh is tried, the next one waits this long
-
-
-def name_to_wire(zone: str) -> bytes:
-    """Text zone (`svc.acme.internal.`) to lower-cased wire form, as `Query.name` holds it."""
-    out = b""
-    for label in zone.lower().rstrip(".").split("."):
-        if label:
-            raw = label.encode("ascii")
-            out += bytes((len(raw),)) + raw
-    return out + b"\x00"
-
-
-def wire_to_text(name: bytes) -> str:
-    labels, pos = [], 0
-    while name[pos]:
-        labels.append(name[pos + 1:pos + 1 + name[pos]].decode("ascii", "backslashreplace"))
-        pos += name[pos] + 1
-    return ".".join(labels) + "." if labels else "."
-
-
-def suffixes(name: bytes) -> Iterable[bytes]:
-    """Every whole-label suffix of a wire name, longest first, ending with the root."""
-    pos = 0
-    while name[pos]:
-        yield name[pos:]
-        pos += name[pos] + 1
-    yield b"\x00"
-
-
-def is_subdomain(name: bytes, zone: bytes) -> bool:
-    return zone == b"\x00" or any(s == zone for s in suffixes(name))
 
 
 @dataclass
@@ -128,8 +98,8 @@ class ForwardState:
 
     @classmethod
     def of(cls, spec: ForwardSpec) -> ForwardState:
-        return cls(spec, [UpstreamState(u) for u in spec.upstreams], name_to_wire(spec.origin),
-                   tuple(name_to_wire(e) for e in spec.excepts))
+        return cls(spec, [UpstreamState(u) for u in spec.upstreams], wire.name_to_wire(spec.origin),
+                   tuple(wire.name_to_wire(e) for e in spec.excepts))
 
     def attempts(self) -> int:
         """CoreDNS's max_connect_attempts: by default twice the (current) number of upstreams."""
@@ -147,9 +117,9 @@ class ForwardState:
         return changed
 
     def covers(self, name: bytes) -> bool:
-        if not is_subdomain(name, self.origin):
+        if not wire.is_subdomain(name, self.origin):
             return False
-        return name == self.origin or not any(is_subdomain(name, e) for e in self.excepts)
+        return name == self.origin or not any(wire.is_subdomain(name, e) for e in self.excepts)
 
     def ordered(self, rng: random.Random) -> list[UpstreamState]:
         ups = list(self.upstreams)
@@ -268,6 +238,8 @@ class Zone:
         self.not_ready_reason = "no probe has been answered yet"
         self.loop_error: str | None = None  # set while a forwarding loop is detected
         self.tunnel: TunnelState | None = TunnelState() if block.openvpn else None
+        spec = block.private_addresses
+        self.private = PrivateFilter(spec) if spec is not None else None
 
     @property
     def name(self) -> str:
@@ -297,6 +269,18 @@ class Zone:
         if self.cache is None or done.reply is None:
             return None
         return self.cache.put(q.key, q.name, done.reply, now)
+
+    def without_private(self, done: Done) -> tuple[Done, list[str]]:
+        """`private_addresses`: the reply without A/AAAA records into private networks, and
+        the addresses removed. Before the cache, so what is stored is already clean."""
+        if self.private is None or done.reply is None:
+            return done, []
+        filtered = self.private.apply(done.reply)
+        if filtered is None:
+            return done, []
+        reply, removed = filtered
+        self.stats.private_removed += len(removed)
+        return Done(reply, done.rcode, done.error, done.ede), removed
 
     def tunnel_down(self, q: wire.Query, now: float) -> bytes | None:
         """While the tunnel is not up, the answer at once: stale if allowed, else SERVFAIL
@@ -382,7 +366,7 @@ class Router:
         self.memo = Memo()  # replies rendered through this router: it routed them
         for zone in zones:
             for name in zone.block.zones:
-                self.table[name_to_wire(name)] = zone
+                self.table[wire.name_to_wire(name)] = zone
 
     def owns(self, zone: Zone) -> bool:
         return any(z is zone for z in self.table.values())
@@ -395,7 +379,7 @@ class Router:
             del self.learned[key]
             del self.table[key]
         for name in names:
-            key = name_to_wire(name)
+            key = wire.name_to_wire(name)
             if key not in self.table:
                 self.table[key] = self.learned[key] = zone
 

@@ -309,12 +309,12 @@ class Server:
         zone.loop_error = (f"forwarding loop detected for zone {zone.name}: a probe sent to {ups} "
                            "came back to this server; fix the forward target")
         zone.stats.loops_detected += 1
-        logs.error(f"plugin/loop: {zone.loop_error}. Query: \"HINFO {resolve.wire_to_text(q.name)}\"")
+        logs.error(f"plugin/loop: {zone.loop_error}. Query: \"HINFO {wire.wire_to_text(q.name)}\"")
         return wire.error_reply(q, dns.rcode.SERVFAIL, (resolve.EDE_NOT_READY, zone.loop_error))
 
     async def probe(self, zone: resolve.Zone, name: str, qtype: int) -> resolve.Done:
         """Ask a name through the zone's upstreams, bypassing the cache (readiness, loops)."""
-        raw = resolve.name_to_wire(name)
+        raw = wire.name_to_wire(name)
         q = wire.Query(0, wire.RD, raw + struct.pack("!HH", qtype, 1), raw, qtype, False, 512, False)
         fwd = zone.forward_for(raw)
         if fwd is None:
@@ -353,6 +353,11 @@ class Server:
         zone.pending += 1
         try:
             done = resolve.scrub(await self._exchange(zone, fwd, q), zone, router)
+            done, removed = zone.without_private(done)
+            if removed:
+                name = wire.wire_to_text(q.question[:-4])
+                logs.warning(f"plugin/private_addresses: removed {', '.join(removed)} from "
+                          f"the reply for {name} {_type_text(q.qtype)} (possible DNS rebinding)")
             entry = zone.store(q, done, self.clock())
             future.set_result((done, entry))
         except BaseException as err:
@@ -398,7 +403,7 @@ class Server:
     async def _probe(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
         """Probe a failing upstream until it answers (CoreDNS: any reply counts as healthy)."""
         spec = fwd.spec
-        name = resolve.name_to_wire(spec.health_check_name)
+        name = wire.name_to_wire(spec.health_check_name)
         wait = spec.health_check
         try:
             while state.fails > 0:
@@ -484,7 +489,7 @@ class Server:
     def _log_error(block: Block, q: wire.Query, rcode: int, error: str) -> None:
         if block.errors is None:
             return
-        name = resolve.wire_to_text(q.question[:-4])
+        name = wire.wire_to_text(q.question[:-4])
         logs.emit(logs.error_line(rcode, name, _type_text(q.qtype), error,
                                   block.errors.json))
 

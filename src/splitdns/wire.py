@@ -9,6 +9,7 @@ sockets, no clock.
 from __future__ import annotations
 
 import struct
+from collections.abc import Iterable
 
 HEADER = struct.Struct("!HHHHHH")
 _U16 = struct.Struct("!H")
@@ -204,3 +205,36 @@ def error_reply(q: Query, rcode: int, ede: tuple[int, str] | None = None) -> byt
 
 def rcode_of(stored: bytes) -> int:
     return stored[3] & RCODE_MASK
+
+
+# -- names in wire form: lower-cased by the caller, compared as bytes -----------------------
+
+def name_to_wire(zone: str) -> bytes:
+    """Text zone (`svc.acme.internal.`) to lower-cased wire form, as `Query.name` holds it."""
+    out = b""
+    for label in zone.lower().rstrip(".").split("."):
+        if label:
+            raw = label.encode("ascii")
+            out += bytes((len(raw),)) + raw
+    return out + b"\x00"
+
+
+def wire_to_text(name: bytes) -> str:
+    labels, pos = [], 0
+    while name[pos]:
+        labels.append(name[pos + 1:pos + 1 + name[pos]].decode("ascii", "backslashreplace"))
+        pos += name[pos] + 1
+    return ".".join(labels) + "." if labels else "."
+
+
+def suffixes(name: bytes) -> Iterable[bytes]:
+    """Every whole-label suffix of a wire name, longest first, ending with the root."""
+    pos = 0
+    while name[pos]:
+        yield name[pos:]
+        pos += name[pos] + 1
+    yield b"\x00"
+
+
+def is_subdomain(name: bytes, zone: bytes) -> bool:
+    return zone == b"\x00" or any(s == zone for s in suffixes(name))

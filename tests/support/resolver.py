@@ -68,13 +68,15 @@ def run_to_exit(tmp_path: Path, corefile: str, timeout: float = 10.0) -> tuple[i
     return code, (workdir / "stderr.log").read_text(encoding="utf-8", errors="replace")
 
 
-def http_get(port: int, path: str, timeout: float = 3.0) -> tuple[int, str]:
+def http_get(port: int, path: str, timeout: float = 3.0,
+             headers: dict[str, str] | None = None) -> tuple[int, str]:
     """GET http://127.0.0.1:port/path: status and body, also for 4xx/5xx."""
     import urllib.error
     import urllib.request
 
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=timeout) as resp:
+        with urllib.request.urlopen(request, timeout=timeout) as resp:
             return resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
         return err.code, err.read().decode()

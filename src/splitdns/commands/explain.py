@@ -16,7 +16,8 @@ import dns.name
 from splitdns import config
 from splitdns.errors import ConfigError
 from splitdns.kube import corefile_model
-from splitdns.resolve import Router, Zone, name_to_wire
+from splitdns.resolve import Router, Zone
+from splitdns.wire import name_to_wire
 
 EXIT_OK, EXIT_CONFIG = 0, 2
 

@@ -13,7 +13,7 @@ from splitdns.errors import ConfigError
 from splitdns.kube.corefile_model import Block
 from splitdns.kube.findings import Finding
 from splitdns.kube.sources import CLUSTER, POD, CorefileSource
-from splitdns.resolve import is_subdomain, name_to_wire
+from splitdns.wire import is_subdomain, name_to_wire
 
 # CoreDNS's plugins (plugin.cfg of 1.12), so `--resolver coredns` knows what CoreDNS accepts.
 COREDNS_PLUGINS = frozenset((

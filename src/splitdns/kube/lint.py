@@ -14,7 +14,8 @@ from splitdns.kube import corefile_lint, pod_lint, schema, sources
 from splitdns.kube.corefile_model import Block, Model
 from splitdns.kube.findings import Finding, ordered
 from splitdns.kube.sources import POD, CorefileSource, Inputs, Workload
-from splitdns.resolve import Router, Zone, name_to_wire
+from splitdns.resolve import Router, Zone
+from splitdns.wire import name_to_wire
 
 _NOT_PRIVATE = ("cluster.local.", "in-addr.arpa.", "ip6.arpa.")
 

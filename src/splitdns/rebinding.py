@@ -1,0 +1,70 @@
+"""The `private_addresses` filter: A and AAAA records into private networks leave the reply.
+
+Checked on every reply the block's upstreams send, so the check reads the cached form in
+place (the TTL offsets locate every record: type before, rdata after) and decides with
+integer masks; only a reply that holds such an address is rewritten, by dnspython, as
+`resolve.scrub` does. Pure: no sockets, no clock.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import struct
+
+from splitdns import reply as replies
+from splitdns import wire
+from splitdns.directives.private import PrivateSpec
+
+_U16 = struct.Struct("!H")
+T_A, T_AAAA = 1, 28
+
+
+class PrivateFilter:
+    def __init__(self, spec: PrivateSpec) -> None:
+        nets = [ipaddress.ip_network(n) for n in spec.networks]
+        self.v4 = tuple((int(n.network_address), int(n.netmask)) for n in nets if n.version == 4)
+        self.v6 = tuple((int(n.network_address), int(n.netmask)) for n in nets if n.version == 6)
+        self.allow = tuple(wire.name_to_wire(zone) for zone in spec.allow)
+
+    def private(self, rdata: bytes) -> bool:
+        value = int.from_bytes(rdata, "big")
+        nets = self.v4 if len(rdata) == 4 else self.v6
+        return any(value & mask == network for network, mask in nets)
+
+    def holds_private(self, reply: replies.Reply) -> bool:
+        stored = reply.stored
+        for off in reply.offsets:
+            rtype = _U16.unpack_from(stored, off - 4)[0]
+            if rtype in (T_A, T_AAAA):
+                size = _U16.unpack_from(stored, off + 4)[0]
+                if size in (4, 16) and self.private(stored[off + 6:off + 6 + size]):
+                    return True
+        return False
+
+    def apply(self, reply: replies.Reply) -> tuple[replies.Reply, list[str]] | None:
+        """None if the reply holds no private address outside `allow`; else the reply
+        without them, and the addresses removed (for the log)."""
+        if not self.holds_private(reply):
+            return None
+        import dns.rrset  # rare: a reply that tries to rebind; dnspython only then
+        from dns.message import from_wire
+
+        msg = from_wire(reply.data)
+        removed: list[str] = []
+        for section in (msg.answer, msg.authority, msg.additional):
+            for rrset in list(section):
+                owner = rrset.name.canonicalize().to_wire() or b"\x00"
+                if rrset.rdtype not in (T_A, T_AAAA) or any(wire.is_subdomain(owner, z) for z in self.allow):
+                    continue
+                bad = [rd for rd in rrset if self.private(rd.to_digestable())]
+                if not bad:
+                    continue
+                removed.extend(rd.to_text() for rd in bad)
+                kept = [rd for rd in rrset if rd not in bad]
+                section.remove(rrset)
+                if kept:
+                    section.append(dns.rrset.from_rdata_list(rrset.name, rrset.ttl, kept))
+        if not removed:
+            return None  # every private address belonged to an allowed name
+        rewritten = replies.reread(msg.to_wire())
+        return (rewritten, removed) if rewritten is not None else None
