@@ -22,17 +22,15 @@ from dataclasses import dataclass, field
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import logs, metrics, queries, resolve, upstream, wire
+from splitdns import logs, metrics, queries, resolve, tcp, upstream, wire
 from splitdns.cache import Entry
 from splitdns.config import Block, Config
+from splitdns.probes import UpstreamProbes
 
-TCP_IDLE_TIMEOUT = 10.0      # CoreDNS: idle 10 s, read 3 s
-TCP_READ_TIMEOUT = 3.0
 UDP_READS_PER_WAKEUP = 64
 # A burst of clients at once (a herd at expiry) must queue, not drop: the kernel's default
 # of about 200 KiB holds some 200 queries. The kernel caps this at net.core.rmem_max.
 UDP_RECEIVE_BUFFER = 4 * 1024 * 1024
-PROBE_TIMEOUT = 1.0
 
 
 @dataclass
@@ -64,9 +62,12 @@ class Server:
     _inflight: dict[tuple[int, bytes], asyncio.Future[tuple[resolve.Done, Entry | None]]] = \
         field(default_factory=dict)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    _tcp_connections: int = 0
+    tcp_connections: int = 0  # held by tcp.serve_client
     loop_probes: dict[bytes, resolve.Zone] = field(default_factory=dict)
     internal_errors: int = 0
+
+    def __post_init__(self) -> None:
+        self.probes = UpstreamProbes(self.clock, self.counters, self._spawn)
 
     async def start(self) -> None:
         self.zones = {block: resolve.Zone(block, cache_bytes=self.config.limits.cache_memory)
@@ -135,7 +136,7 @@ class Server:
         listener.udp = sock
         try:
             listener.tcp = await asyncio.start_server(
-                lambda r, w: self._tcp_client(r, w, listener), listener.host, listener.port,
+                lambda r, w: tcp.serve_client(self, r, w, listener), listener.host, listener.port,
                 reuse_address=True, backlog=128)
         except OSError:
             sock.close()
@@ -166,7 +167,7 @@ class Server:
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=budget)
         for _ in range(int(budget * 20)):
-            if not self._tcp_connections:
+            if not self.tcp_connections:
                 break
             await asyncio.sleep(0.05)
 
@@ -244,7 +245,7 @@ class Server:
         if listener.udp is None:
             return  # closed by a reload or a stop while we waited upstream
         self._send_udp(listener.udp, out, addr)
-        self._account(zone, q, addr, "udp", listener.family, size, out, start)
+        self.account(zone, q, addr, "udp", listener.family, size, out, start)
 
     @staticmethod
     def _send_udp(sock: socket.socket, data: bytes, addr: tuple[str, int]) -> None:
@@ -327,7 +328,7 @@ class Server:
         if done.error is not None:
             self._log_error(zone.block, q, done.rcode, f"refreshing a stale answer: {done.error}")
 
-    def _account(self, zone: resolve.Zone | None, q: wire.Query, addr: tuple[str, int], proto: str,
+    def account(self, zone: resolve.Zone | None, q: wire.Query, addr: tuple[str, int], proto: str,
                  family: str, size: int, out: bytes, start: float) -> None:
         if zone is None:
             return
@@ -386,93 +387,12 @@ class Server:
                     self.clock() - began)
                 failed = step.upstream
                 step = exchange.failed(step, str(err), self.clock())
-                self._watch(fwd, failed)
+                self.probes.watch(fwd, failed)
             else:
                 rcode = metrics.RCODES.get(reply.rcode(), "other")
                 zone.stats.upstream[(to, rcode)].observe(self.clock() - began)
                 step = exchange.answered(step, reply, self.clock())
         return step
-
-    # -- health probes -----------------------------------------------------------------------
-
-    def _watch(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
-        if state.fails > 0 and not state.probing and fwd.spec.max_fails > 0:
-            state.probing = True
-            self._spawn(self._probe(fwd, state))
-
-    async def _probe(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
-        """Probe a failing upstream until it answers (CoreDNS: any reply counts as healthy)."""
-        spec = fwd.spec
-        name = wire.name_to_wire(spec.health_check_name)
-        wait = spec.health_check
-        try:
-            while state.fails > 0:
-                await asyncio.sleep(wait)
-                began = self.clock()
-                flags = wire.RD if spec.health_check_rd else 0
-                probe = wire.HEADER.pack(secrets.randbits(16), flags, 1, 0, 0, 0) + name + \
-                    struct.pack("!HH", dns.rdatatype.NS, 1)
-                try:
-                    await upstream.ask(probe, state.upstream, spec.force_tcp,
-                                       min(PROBE_TIMEOUT, spec.read_timeout), self.counters)
-                except upstream.UpstreamError:
-                    state.fails += 1
-                else:
-                    state.fails = 0
-                # One probe per interval at most, and a probe that timed out has waited its
-                # share: back to back then, so a recovery is seen within one probe timeout.
-                wait = max(0.0, spec.health_check - (self.clock() - began))
-        finally:
-            state.probing = False
-
-    # -- TCP ---------------------------------------------------------------------------------
-
-    async def _tcp_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                          listener: Listener) -> None:
-        limits = self.config.limits
-        if self._tcp_connections >= limits.tcp_connections:
-            writer.close()
-            return
-        self._tcp_connections += 1
-        pending: set[asyncio.Task[None]] = set()
-        peer = writer.get_extra_info("peername") or ("?", 0)
-        try:
-            for count in range(limits.tcp_queries):
-                try:
-                    async with asyncio.timeout(TCP_IDLE_TIMEOUT if count else TCP_READ_TIMEOUT):
-                        header = await reader.readexactly(2)
-                    async with asyncio.timeout(TCP_READ_TIMEOUT):
-                        data = await reader.readexactly(struct.unpack("!H", header)[0])
-                except (TimeoutError, asyncio.IncompleteReadError, ConnectionError):
-                    break
-                verdict = queries.read(data)
-                if verdict is None:
-                    break
-                if isinstance(verdict, bytes):
-                    writer.write(struct.pack("!H", len(verdict)) + verdict)
-                    continue
-                task = asyncio.ensure_future(
-                    self._answer_tcp(verdict, listener, writer, peer, len(data)))
-                pending.add(task)
-                task.add_done_callback(pending.discard)
-            if pending:
-                await asyncio.wait(pending, timeout=upstream_budget(self.config))
-        finally:
-            self._tcp_connections -= 1
-            for task in pending:
-                task.cancel()
-            writer.close()
-
-    async def _answer_tcp(self, q: wire.Query, listener: Listener, writer: asyncio.StreamWriter,
-                          peer: tuple[str, int], size: int) -> None:
-        start = self.clock()
-        out, zone = await self.answer(q, listener)
-        if writer.is_closing():
-            return
-        writer.write(struct.pack("!H", len(out)) + out)
-        if writer.transport.get_write_buffer_size() > self.config.limits.tcp_buffer:
-            writer.transport.abort()  # a client that does not read must not grow our memory
-        self._account(zone, q, peer, "tcp", listener.family, size, out, start)
 
     # -- logging -----------------------------------------------------------------------------
 
@@ -497,6 +417,10 @@ class Server:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+
+    def upstream_budget(self) -> float:
+        return upstream_budget(self.config)
 
 
 def upstream_budget(config: Config) -> float:

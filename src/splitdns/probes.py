@@ -1,0 +1,57 @@
+"""Health probes of failing upstreams, as CoreDNS's forward does them.
+
+After an upstream fails once, it is probed (`. IN NS`, RD as `health_check ... no_rec` says)
+every `health_check` interval until any reply comes back: a reply of any rcode means the
+upstream is alive, and it returns to service at once. Meanwhile `max_fails` failures in a row
+mark it down, and exchanges skip it (resolve.Exchange).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import struct
+from collections.abc import Callable, Coroutine
+
+from splitdns import resolve, upstream, wire
+
+PROBE_TIMEOUT = 1.0
+TYPE_NS = 2
+
+
+class UpstreamProbes:
+    def __init__(self, clock: Callable[[], float], counters: upstream.Counters,
+                 spawn: Callable[[Coroutine[object, object, None]], None]) -> None:
+        self.clock = clock
+        self.counters = counters
+        self.spawn = spawn
+
+    def watch(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
+        """An exchange just failed on this upstream: probe it, unless a probe already runs."""
+        if state.fails > 0 and not state.probing and fwd.spec.max_fails > 0:
+            state.probing = True
+            self.spawn(self._probe(fwd, state))
+
+    async def _probe(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
+        spec = fwd.spec
+        name = wire.name_to_wire(spec.health_check_name)
+        wait = spec.health_check
+        try:
+            while state.fails > 0:
+                await asyncio.sleep(wait)
+                began = self.clock()
+                flags = wire.RD if spec.health_check_rd else 0
+                probe = wire.HEADER.pack(secrets.randbits(16), flags, 1, 0, 0, 0) + name + \
+                    struct.pack("!HH", TYPE_NS, 1)
+                try:
+                    await upstream.ask(probe, state.upstream, spec.force_tcp,
+                                       min(PROBE_TIMEOUT, spec.read_timeout), self.counters)
+                except upstream.UpstreamError:
+                    state.fails += 1
+                else:
+                    state.fails = 0
+                # One probe per interval at most, and a probe that timed out has waited its
+                # share: back to back then, so a recovery is seen within one probe timeout.
+                wait = max(0.0, spec.health_check - (self.clock() - began))
+        finally:
+            state.probing = False
