@@ -66,9 +66,10 @@ def test_b1_dead_tunnel_zone_fails_in_bounded_time(tmp_path: Path) -> None:
             assert msg is not None and msg.rcode() == dns.rcode.SERVFAIL
             closed_times.append(elapsed)
     figure("B1", f"blackholed tunnel: SERVFAIL after {blackhole:.3f} s with {attempts} upstream attempts "
-                 f"(T_a {t_a} s, bound {2 * t_a + 0.05:.2f} s); port closed: SERVFAIL after "
+                 f"(T_a {t_a} s, bound {2 * t_a + 0.2:.2f} s); port closed: SERVFAIL after "
                  f"{ms(max(closed_times))} at worst of 5")
-    assert blackhole <= 2 * t_a + 0.05 and attempts <= 2
+    # Two attempts of T_a; 200 ms for a busy runner's scheduling, far from a third attempt's 4.5 s.
+    assert blackhole <= 2 * t_a + 0.2 and attempts <= 2
     assert max(closed_times) <= 0.1
 
 
@@ -181,9 +182,10 @@ def test_b3_circuit_breaker_and_recovery(tmp_path: Path) -> None:
     assert down_after <= 2.0
     assert percentile(fast, 99) <= 0.05
     assert min(gaps) >= 0.98  # probes at most 1/s (one per probe timeout, back to back)
-    # <= 1 s, plus 30 ms for what this test cannot see: the upstream's reload happens up to 10 ms
-    # before set_rules returns, and one round trip plus our polling step.
-    assert back is not None and back <= 1.03
+    # Within one probe interval (1 s), plus 100 ms for what this test cannot see: the upstream's
+    # reload happens up to 10 ms before set_rules returns, one round trip, our polling step, and
+    # a busy 2-core CI runner. A missed probe would show as 2 s.
+    assert back is not None and back <= 1.10
 
 
 @pytest.mark.hostile
