@@ -97,7 +97,7 @@ def upstream_path(packet: bytes) -> None:
     out = zone.render(q, done, entry, NOW)
     dns.message.from_wire(out)
     if entry is not None:
-        dns.message.from_wire(wire.render(entry.wire, entry.offsets, entry.remaining(NOW + 7), q))
+        dns.message.from_wire(entry.render(entry.remaining(NOW + 7), q))
     if done.reply is not None:
         dns.message.from_wire(resolve.Zone.render(q, done, None, NOW))
     if len(out) > q.max_udp:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import dns.message
 import dns.rcode
 
@@ -117,14 +119,15 @@ def test_cache_memory_budget_evicts_before_capacity() -> None:
     assert cache.bytes <= 20_000 and 0 < len(cache) < 50 and cache.evictions == 50 - len(cache)
 
 
-def test_entries_of_the_same_shape_share_their_offsets_and_ttl() -> None:
-    """Memory, not speed: 100k cached names must not hold 100k equal tuples and TTLs."""
+def test_an_entry_is_one_bytes_object_that_keeps_every_field() -> None:
+    """Memory, not speed: 100k cached names must not cost 100k objects with a field each."""
     cache = Cache(CacheSpec(success_ttl=3600))
-    entries = []
-    for name in ("aa.example.org.", "bb.example.org."):
-        client = query(name)
-        entries.append(put(cache, reply(client, f"{name} 300 IN A 192.0.2.1"), client)[1])
-    first, second = entries
-    assert first is not None and second is not None
-    assert first.offsets == second.offsets and first.offsets is second.offsets
-    assert first.ttl == 300 and first.ttl is second.ttl
+    client = query("aa.example.org.")
+    _, entry = put(cache, reply(client, "aa.example.org. 300 IN A 192.0.2.1",
+                                "aa.example.org. 300 IN A 192.0.2.2"), client, now=12.5)
+    assert entry is not None and isinstance(entry, bytes) and not hasattr(entry, "__dict__")
+    assert sys.getsizeof(entry) <= sys.getsizeof(bytes(entry)) + 16  # at most a GC header more
+    assert (entry.stored, entry.ttl, entry.kind) == (12.5, 300, "success")
+    assert [int.from_bytes(entry.reply[o:o + 4], "big") for o in entry.offsets] == [300, 300]
+    served = dns.message.from_wire(entry.reply)
+    assert served.id == 0 and sorted(rd.to_text() for rd in served.answer[0]) == ["192.0.2.1", "192.0.2.2"]

@@ -42,7 +42,7 @@ def served(router: resolve.Router, data: bytes, now: float) -> bytes | None:
     if zone is None or entry is None:
         return None
     ttl = entry.remaining(now)
-    out = wire.render(entry.wire, entry.offsets, ttl, q)
+    out = entry.render(ttl, q)
     router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out)
     return out
 
@@ -52,7 +52,7 @@ def rendered(zone: resolve.Zone, data: bytes, now: float) -> bytes | None:
     q = wire.parse_query(data)
     assert q is not None and zone.cache is not None
     entry = zone.cache.get(q.key, now)
-    return None if entry is None else wire.render(entry.wire, entry.offsets, entry.remaining(now), q)
+    return None if entry is None else entry.render(entry.remaining(now), q)
 
 
 def test_a_repeat_gets_the_same_reply_with_its_own_id() -> None:

@@ -300,20 +300,20 @@ class Zone:
         entry = self.cache.get_stale(q.key, now)
         if entry is None:
             return None
-        return wire.render(entry.wire, entry.offsets, STALE_TTL, q)
+        return entry.render(STALE_TTL, q)
 
     def refresh_due(self, q: wire.Query, now: float) -> bool:
         """Whether a stale entry may be refreshed upstream now: once per STALE_RECHECK at most,
         so a dead upstream is not asked again by every client of a stale name."""
-        entry = self.cache.get_stale(q.key, now) if self.cache is not None else None
-        return entry is None or now >= entry.refresh_after
+        if self.cache is None or self.cache.get_stale(q.key, now) is None:
+            return True
+        return now >= self.cache.refresh_after(q.key)
 
     def hold_refresh(self, q: wire.Query, now: float) -> None:
         """A refresh of this stale entry starts (or failed): the next waits STALE_RECHECK.
         A successful refresh replaces the entry, and with it this mark."""
-        entry = self.cache.get_stale(q.key, now) if self.cache is not None else None
-        if entry is not None:
-            entry.refresh_after = now + STALE_RECHECK
+        if self.cache is not None and self.cache.get_stale(q.key, now) is not None:
+            self.cache.hold(q.key, now + STALE_RECHECK)
 
     @property
     def stale_first(self) -> bool:
@@ -324,7 +324,7 @@ class Zone:
     def render(q: wire.Query, done: Done, entry: Entry | None, now: float) -> bytes:
         """The reply one client gets for an exchange's outcome (merged clients each get theirs)."""
         if entry is not None:
-            return wire.render(entry.wire, entry.offsets, entry.remaining(now), q)
+            return entry.render(entry.remaining(now), q)
         if done.reply is None:
             return wire.error_reply(q, done.rcode, done.ede)
         return wire.render(done.reply.stored, done.reply.offsets, None, q)

@@ -222,9 +222,9 @@ class Server:
         if entry is None:
             return False
         ttl = entry.remaining(now)
-        out = wire.render(entry.wire, entry.offsets, ttl, q)
+        out = entry.render(ttl, q)
         if len(out) > q.max_udp:
-            out = wire.truncated(q, struct.unpack_from("!H", entry.wire, 2)[0])
+            out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
         assert listener.udp is not None
         self._send_udp(listener.udp, out, addr)
         stats = zone.stats
@@ -278,7 +278,7 @@ class Server:
             entry = zone.cache.get(q.key, now)
             if entry is not None:
                 zone.stats.cache_hits += 1
-                return wire.render(entry.wire, entry.offsets, entry.remaining(now), q), zone
+                return entry.render(entry.remaining(now), q), zone
             zone.stats.cache_misses += 1
         fwd = zone.forward_for(q.name)
         if fwd is None:

@@ -160,7 +160,7 @@ def question_length(query: bytes) -> int:
     return pos + 1 + 4 - 12
 
 
-def render(stored: bytes, ttl_offsets: tuple[int, ...], ttl: int | None, q: Query) -> bytes:
+def render(stored: bytes | memoryview, ttl_offsets: tuple[int, ...], ttl: int | None, q: Query) -> bytes:
     """A stored answer made the client's: its ID, spelling, RD/CD bits, EDNS; TTLs set."""
     buf = bytearray(stored)
     flags = _U16.unpack_from(stored, 2)[0] & ~(RD | CD | TC)
@@ -179,7 +179,7 @@ def render(stored: bytes, ttl_offsets: tuple[int, ...], ttl: int | None, q: Quer
     return bytes(buf)
 
 
-def _counts(stored: bytes) -> tuple[int, int, int]:
+def _counts(stored: bytes | memoryview) -> tuple[int, int, int]:
     return struct.unpack_from("!HHH", stored, 6)
 
 
