@@ -31,10 +31,10 @@ except ImportError:  # the harness still runs inputs by hand
 
 if atheris is not None:
     with atheris.instrument_imports(include=["splitdns"]):
-        from splitdns import config, queries, resolve, wire
+        from splitdns import config, entries, queries, resolve, wire
         from splitdns import reply as replies
 else:
-    from splitdns import config, queries, resolve, wire
+    from splitdns import config, entries, queries, resolve, wire
     from splitdns import reply as replies
 
 COREFILE = """
@@ -97,7 +97,7 @@ def upstream_path(packet: bytes) -> None:
     out = zone.render(q, done, entry, NOW)
     dns.message.from_wire(out)
     if entry is not None:
-        dns.message.from_wire(entry.render(entry.remaining(NOW + 7), q))
+        dns.message.from_wire(entries.render(entry, entries.remaining(entry, NOW + 7), q))
     if done.reply is not None:
         dns.message.from_wire(resolve.Zone.render(q, done, None, NOW))
     if len(out) > q.max_udp:

@@ -7,7 +7,7 @@ import dns.message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import config, resolve, wire
+from splitdns import config, entries, resolve, wire
 from splitdns.memo import Memo
 from tests.helpers import indexed, query, reply
 from tests.helpers import wire as to_wire
@@ -41,8 +41,8 @@ def served(router: resolve.Router, data: bytes, now: float) -> bytes | None:
     entry = zone.cache.get(q.key, now) if zone is not None and zone.cache is not None else None
     if zone is None or entry is None:
         return None
-    ttl = entry.remaining(now)
-    out = entry.render(ttl, q)
+    ttl = entries.remaining(entry, now)
+    out = entries.render(entry, ttl, q)
     router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out)
     return out
 
@@ -52,7 +52,7 @@ def rendered(zone: resolve.Zone, data: bytes, now: float) -> bytes | None:
     q = wire.parse_query(data)
     assert q is not None and zone.cache is not None
     entry = zone.cache.get(q.key, now)
-    return None if entry is None else entry.render(entry.remaining(now), q)
+    return None if entry is None else entries.render(entry, entries.remaining(entry, now), q)
 
 
 def test_a_repeat_gets_the_same_reply_with_its_own_id() -> None:

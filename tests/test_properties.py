@@ -21,7 +21,7 @@ import dns.rrset
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from splitdns import config, resolve, wire
+from splitdns import config, entries, resolve, wire
 from splitdns import reply as replies
 from splitdns.cache import Cache
 from splitdns.directives.cache import CacheSpec
@@ -160,7 +160,7 @@ def test_cache_hit_and_passthrough_differ_only_in_ttls(shape: dict[str, object],
     entry = cache.put(q.key, q.name, indexed(msg), now=1000.0)
     assume(entry is not None)
     assert entry is not None
-    hit = dns.message.from_wire(entry.render(entry.remaining(1000.0 + age), q))
+    hit = dns.message.from_wire(entries.render(entry, entries.remaining(entry, 1000.0 + age), q))
     passed = dns.message.from_wire(resolve.Zone.render(q, resolve.Done(indexed(msg)), None, 1000.0))
     for section in ("question", "answer", "authority", "additional"):
         assert getattr(hit, section) == getattr(passed, section), section

@@ -10,7 +10,7 @@ import dns.rrset
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import queries, wire
+from splitdns import entries, queries, wire
 from splitdns.cache import Cache
 from splitdns.directives.cache import CacheSpec
 from tests.helpers import indexed, query, reply
@@ -112,7 +112,7 @@ def test_cache_hit_render_equals_dnspython(name: str, qtype: str, client_edns: b
     q = _q(client)
     entry = cache.put(q.key, q.name, indexed(up), now=1000.0)
     assert entry is not None
-    served = dns.message.from_wire(entry.render(entry.remaining(1000.0 + age), q))
+    served = dns.message.from_wire(entries.render(entry, entries.remaining(entry, 1000.0 + age), q))
 
     expected = dns.message.make_response(client)
     rd_cd = dns.flags.RD | dns.flags.CD

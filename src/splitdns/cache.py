@@ -8,81 +8,21 @@ and a few byte patches (`wire.render`). Never touches a socket or a clock.
 
 from __future__ import annotations
 
-import struct
 from collections import OrderedDict
 
 import dns.rcode
 
-from splitdns import wire
+from splitdns import entries, wire
 from splitdns.directives.cache import CacheSpec
+from splitdns.entries import Entry
 from splitdns.reply import Reply
 
-SUCCESS, DENIAL, SERVFAIL = "success", "denial", "servfail"
-
-
-_HEAD = struct.Struct("!ddBH")  # stored at, TTL, kind, number of TTL offsets; then the offsets
-_KINDS = (SUCCESS, DENIAL, SERVFAIL)
-
-
-class Entry(bytes):
-    """One cached reply, in one bytes object: a header, the TTL offsets, then the reply (without
-    OPT, ID zero). 100k entries are the cache's memory (bench/): one bytes object with no
-    slots costs about 130 bytes less per entry than an object with a field per value (its own
-    header, a float for the time, and a separate bytes object for the reply)."""
-
-    __slots__ = ()
-
-    @classmethod
-    def make(cls, reply: bytes, offsets: tuple[int, ...], kind: str, ttl: float, now: float) -> Entry:
-        count = len(offsets)
-        return cls(_HEAD.pack(now, ttl, _KINDS.index(kind), count) + struct.pack(f"!{count}H", *offsets)
-                   + reply)
-
-    @property
-    def stored(self) -> float:
-        stored: float = _HEAD.unpack_from(self)[0]
-        return stored
-
-    @property
-    def ttl(self) -> float:
-        ttl: float = _HEAD.unpack_from(self)[1]
-        return ttl
-
-    @property
-    def kind(self) -> str:
-        return _KINDS[self[16]]
-
-    @property
-    def offsets(self) -> tuple[int, ...]:
-        count = _HEAD.unpack_from(self)[3]
-        return struct.unpack_from(f"!{count}H", self, _HEAD.size)
-
-    @property
-    def start(self) -> int:
-        """Where the reply begins."""
-        count: int = _HEAD.unpack_from(self)[3]
-        return _HEAD.size + 2 * count
-
-    @property
-    def reply(self) -> bytes:
-        return self[self.start:]
-
-    def remaining(self, now: float) -> int:
-        """TTL to serve: counts down from the stored duration; 0 once stale."""
-        stored, ttl = _HEAD.unpack_from(self)[:2]
-        return max(0, int(ttl - int(now - stored)))
-
-    def render(self, ttl: int | None, q: wire.Query) -> bytes:
-        """The reply for `q` with every TTL set to `ttl` (None keeps the upstream's)."""
-        count = _HEAD.unpack_from(self)[3]
-        start = _HEAD.size + 2 * count
-        return wire.render(memoryview(self)[start:], struct.unpack_from(f"!{count}H", self, _HEAD.size),
-                           ttl, q)
+SUCCESS, DENIAL, SERVFAIL = entries.SUCCESS, entries.DENIAL, entries.SERVFAIL
 
 
 # Bytes per entry beyond the key's and the entry's own: two bytes-object headers and the
 # OrderedDict's slot and node (tracemalloc, 100k entries).
-ENTRY_OVERHEAD = 130
+ENTRY_OVERHEAD = 120
 
 
 class Cache:
@@ -113,7 +53,7 @@ class Cache:
             entry = table.get(key)
             if entry is None:
                 return None
-        stored, ttl, kind, _ = _HEAD.unpack_from(entry)
+        stored, ttl, kind, _ = entries.HEAD.unpack_from(entry)
         age = now - stored
         if age < ttl:
             table.move_to_end(key)
@@ -126,7 +66,7 @@ class Cache:
         entry = self._success.get(key) or self._denial.get(key)
         if entry is None:
             return None
-        stored, ttl, kind, _ = _HEAD.unpack_from(entry)
+        stored, ttl, kind, _ = entries.HEAD.unpack_from(entry)
         return entry if ttl <= now - stored < ttl + self._stale_window(kind) else None
 
     def refresh_after(self, key: bytes) -> float:
@@ -137,7 +77,7 @@ class Cache:
         self._holds[key] = until
 
     def _stale_window(self, kind: int) -> float:
-        return 0.0 if _KINDS[kind] == SERVFAIL else self.spec.serve_stale
+        return 0.0 if entries.KINDS[kind] == entries.SERVFAIL else self.spec.serve_stale
 
     def put(self, key: bytes, name: bytes, reply: Reply, now: float) -> Entry | None:
         """Store a validated upstream reply if it may be cached; the entry, or None."""
@@ -146,7 +86,7 @@ class Cache:
         kind, ttl = self._classify(reply)
         if kind is None:
             return None
-        entry = Entry.make(reply.stored, reply.offsets, kind, ttl, now)
+        entry = entries.make(reply.stored, reply.offsets, kind, ttl, now)
         table = self._denial if kind != SUCCESS else self._success
         capacity = self.spec.denial_capacity if kind != SUCCESS else self.spec.success_capacity
         for old_table in (self._success, self._denial):

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from splitdns import entries
+
 if TYPE_CHECKING:
-    from splitdns.cache import Entry
+    from splitdns.entries import Entry
     from splitdns.resolve import Zone
 
 MEMO_ENTRIES = 4096      # the hot set of a pod; a flood of new names only empties it
@@ -48,7 +50,7 @@ class Memo:
             return None
         cache = seen.zone.cache
         if cache is None or cache.get(seen.key, now) is not seen.entry or \
-                seen.entry.remaining(now) != seen.ttl:
+                entries.remaining(seen.entry, now) != seen.ttl:
             del self.table[data[2:]]  # replaced, evicted, expired or a second older: render anew
             return None
         return data[:2] + seen.tail, seen

@@ -50,11 +50,12 @@ from typing import TYPE_CHECKING
 
 import dns.rcode
 
+from splitdns import entries, wire
 from splitdns import reply as replies
-from splitdns import wire
-from splitdns.cache import Cache, Entry
+from splitdns.cache import Cache
 from splitdns.config import Block
 from splitdns.directives.forward import ForwardSpec, Upstream
+from splitdns.entries import Entry
 from splitdns.memo import Memo
 from splitdns.metrics import ZoneStats
 from splitdns.rebinding import PrivateFilter
@@ -300,7 +301,7 @@ class Zone:
         entry = self.cache.get_stale(q.key, now)
         if entry is None:
             return None
-        return entry.render(STALE_TTL, q)
+        return entries.render(entry, STALE_TTL, q)
 
     def refresh_due(self, q: wire.Query, now: float) -> bool:
         """Whether a stale entry may be refreshed upstream now: once per STALE_RECHECK at most,
@@ -324,7 +325,7 @@ class Zone:
     def render(q: wire.Query, done: Done, entry: Entry | None, now: float) -> bytes:
         """The reply one client gets for an exchange's outcome (merged clients each get theirs)."""
         if entry is not None:
-            return entry.render(entry.remaining(now), q)
+            return entries.render(entry, entries.remaining(entry, now), q)
         if done.reply is None:
             return wire.error_reply(q, done.rcode, done.ede)
         return wire.render(done.reply.stored, done.reply.offsets, None, q)

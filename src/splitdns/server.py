@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import logs, metrics, queries, resolve, tcp, upstream, wire
-from splitdns.cache import Entry
+from splitdns import entries, logs, metrics, queries, resolve, tcp, upstream, wire
 from splitdns.config import Block, Config
+from splitdns.entries import Entry
 from splitdns.probes import UpstreamProbes
 
 UDP_READS_PER_WAKEUP = 64
@@ -221,8 +221,8 @@ class Server:
         entry = zone.cache.get(q.key, now)
         if entry is None:
             return False
-        ttl = entry.remaining(now)
-        out = entry.render(ttl, q)
+        ttl = entries.remaining(entry, now)
+        out = entries.render(entry, ttl, q)
         if len(out) > q.max_udp:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
         assert listener.udp is not None
@@ -278,7 +278,7 @@ class Server:
             entry = zone.cache.get(q.key, now)
             if entry is not None:
                 zone.stats.cache_hits += 1
-                return entry.render(entry.remaining(now), q), zone
+                return entries.render(entry, entries.remaining(entry, now), q), zone
             zone.stats.cache_misses += 1
         fwd = zone.forward_for(q.name)
         if fwd is None:

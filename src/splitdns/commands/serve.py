@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Coroutine
 
 from splitdns import __version__, config, logs
@@ -39,6 +40,9 @@ async def serve(loaded: config.Config, path: str | None, port: int = config.DEFA
     except OSError as err:
         logs.error(str(err))
         return EXIT_START
+    # What start-up built lives as long as the process: out of the collector's sight, a full
+    # collection no longer walks the modules, the config and dnspython's tables each time.
+    gc.freeze()
     # CoreDNS prints its blocks, then its version: people grep for both.
     for block in loaded.blocks:
         print(block.name, flush=True)
