@@ -66,13 +66,14 @@ def test_a_repeat_gets_the_same_reply_with_its_own_id() -> None:
     assert again[0][:2] == b"\xbe\xef" and again[0][2:] == first[2:]
 
 
-def test_a_new_second_a_replaced_entry_or_expiry_each_end_the_memo() -> None:
+def test_a_new_second_patches_the_ttl_and_a_replaced_entry_or_expiry_end_the_memo() -> None:
     router, zone = setup()
     data = to_wire(query(NAME))
     fill(zone, query(NAME), now=100.0)
     served(router, data, 100.0)
-    assert router.memo.lookup(data, 101.0) is None  # the TTL went down a second: render anew
-    served(router, data, 101.0)
+    older = router.memo.lookup(data, 101.0)  # a second later: the same reply, TTL patched
+    assert older is not None and older[0] == rendered(zone, data, 101.0)
+    assert dns.message.from_wire(older[0]).answer[0].ttl == 29
     fill(zone, query(NAME), now=101.2, address="10.8.0.6")  # a refresh replaced the entry
     assert router.memo.lookup(data, 101.3) is None
     out = served(router, data, 101.3)
@@ -118,3 +119,18 @@ def test_the_memo_never_answers_other_than_the_cache(steps: list[tuple[float, in
             fill(zone, query(NAME), now, ttl=1 + qid % 40, address=f"10.8.{qid % 200}.1")
         data = to_wire(query(name, qid=qid, do=do))
         assert served(router, data, now) == rendered(zone, data, now)
+
+
+def test_a_truncated_reply_is_not_patched_but_rendered_anew() -> None:
+    router, zone = setup()
+    data = to_wire(query(NAME, edns=-1))
+    fill(zone, query(NAME, edns=-1), now=100.0)
+    q = wire.parse_query(data)
+    assert q is not None and zone.cache is not None
+    entry = zone.cache.get(q.key, 100.0)
+    assert entry is not None
+    cut = wire.truncated(q, 0x8180)  # as the shell sends when the answer is over 512 bytes
+    router.memo.remember(data, zone, q.key, entry, entries.remaining(entry, 100.0), q.qtype, cut)
+    same_second = router.memo.lookup(data, 100.5)
+    assert same_second is not None and same_second[0] == cut
+    assert router.memo.lookup(data, 101.0) is None and len(router.memo) == 0

@@ -4,16 +4,16 @@ A cache hit still costs reading the query, routing it and rendering the entry: 1
 microseconds a hit took (bench/). The clients of a pod ask the same few names again and
 again, in the same bytes, so this table maps a query's bytes after its ID to the reply's
 bytes after its ID, and a repeat costs a lookup and a concatenation. Every use is checked
-against the cache (the same entry, still fresh, the same TTL to the second), so the memo
-never answers what the cache would not; and it belongs to one router, so a reload or a zone
-learned from the VPN starts it afresh. Pure: no sockets, no clock.
+against the cache (the same entry, still fresh; the TTL patched when a second passed), so
+the memo never answers what the cache would not; and it belongs to one router, so a reload
+or a zone learned from the VPN starts it afresh. Pure: no sockets, no clock.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from splitdns import entries
+from splitdns import entries, wire
 
 if TYPE_CHECKING:
     from splitdns.entries import Entry
@@ -49,10 +49,19 @@ class Memo:
         if seen is None:
             return None
         cache = seen.zone.cache
-        if cache is None or cache.get(seen.key, now) is not seen.entry or \
-                entries.remaining(seen.entry, now) != seen.ttl:
-            del self.table[data[2:]]  # replaced, evicted, expired or a second older: render anew
+        if cache is None or cache.get(seen.key, now) is not seen.entry:
+            del self.table[data[2:]]  # replaced, evicted or expired: render anew
             return None
+        ttl = entries.remaining(seen.entry, now)
+        if ttl != seen.ttl:
+            # A second older: the same reply with the new TTL at the same places (the client's
+            # header and question have the entry's lengths), not a render from scratch, which
+            # every hot name would otherwise pay once a second.
+            if seen.tail[0] & wire.TC >> 8:
+                del self.table[data[2:]]  # a truncated reply carries no records to patch
+                return None
+            seen.tail = _with_ttl(seen.tail, entries.offsets(seen.entry), ttl)
+            seen.ttl = ttl
         return data[:2] + seen.tail, seen
 
     def remember(self, data: bytes, zone: Zone, key: bytes, entry: Entry, ttl: int, qtype: int,
@@ -65,3 +74,11 @@ class Memo:
 
     def clear(self) -> None:
         self.table.clear()
+
+
+def _with_ttl(tail: bytes, offsets: tuple[int, ...], ttl: int) -> bytes:
+    buf = bytearray(tail)
+    packed = ttl.to_bytes(4, "big")
+    for off in offsets:
+        buf[off - 2:off + 2] = packed  # offsets count from the ID, which the tail lacks
+    return bytes(buf)
