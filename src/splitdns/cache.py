@@ -33,6 +33,7 @@ class Cache:
         self._success: OrderedDict[bytes, Entry] = OrderedDict()
         self._denial: OrderedDict[bytes, Entry] = OrderedDict()
         self._holds: dict[bytes, float] = {}  # stale keys: no upstream refresh before this time
+        self._zones = tuple(wire.name_to_wire(zone) for zone in spec.zones)  # `cache TTL ZONES`
         self.evictions = 0
 
     def __len__(self) -> int:
@@ -106,11 +107,7 @@ class Cache:
         self.evictions += 1
 
     def _covers(self, name: bytes) -> bool:
-        if not self.spec.zones:
-            return True
-        text = _wire_to_text(name)
-        return any(zone == "." or text == zone or text.endswith("." + zone)
-                   for zone in self.spec.zones)
+        return not self._zones or any(wire.is_subdomain(name, zone) for zone in self._zones)
 
     def _classify(self, reply: Reply) -> tuple[str | None, float]:
         spec = self.spec
@@ -141,11 +138,3 @@ def _cost(key: bytes, entry: Entry) -> int:
 
 def _clamp(ttl: int, low: int, high: int) -> int:
     return min(max(ttl, low), high)
-
-
-def _wire_to_text(name: bytes) -> str:
-    labels, pos = [], 0
-    while name[pos]:
-        labels.append(name[pos + 1:pos + 1 + name[pos]].decode("ascii", "replace"))
-        pos += name[pos] + 1
-    return ".".join(labels) + "." if labels else "."
