@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ipaddress
+import struct
 
 import dns.message
 import dns.rdatatype
@@ -11,9 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splitdns import config, http, resolve, wire
+from splitdns import reply as replies
 from splitdns.directives.private import DEFAULT_NETWORKS
 from splitdns.errors import ConfigError
 from tests.helpers import indexed, query, reply
+from tests.helpers import wire as to_wire
 
 COREFILE = """. {
     private_addresses {
@@ -135,3 +138,29 @@ def test_loopback_endpoints_refuse_a_foreign_host(host: str | None, status: int)
     routes: dict[str, http.Handler] = {"/health": lambda _: (200, "text/plain", b"OK")}
     assert http._dispatch(head, routes, strict_host=True)[0] == status
     assert http._dispatch(head, routes, strict_host=False)[0] == 200  # pod-IP listeners
+
+
+def with_broken_caa(msg: dns.message.Message, owner: bytes) -> bytes:
+    """The reply plus one additional CAA record whose rdata dnspython refuses; the hand reader
+    passes rdata of that type through unchecked, so only a rewrite meets it."""
+    data = bytearray(to_wire(msg))
+    arcount = int.from_bytes(data[10:12], "big")
+    data[10:12] = (arcount + 1).to_bytes(2, "big")
+    return bytes(data) + owner + struct.pack("!HHIH", 257, 1, 60, 1) + b"\x00"
+
+
+def test_a_reply_dnspython_cannot_rewrite_is_refused_not_passed_on() -> None:
+    catch_all, _ = zones()
+    up = reply(query("v4.public.test.", edns=-1), "v4.public.test. 60 IN A 127.0.0.1")
+    broken = replies.reread(with_broken_caa(up, b"\x00"))
+    assert broken is not None  # the hand reader accepts it: CAA's inside is not read
+    done, removed = catch_all.without_private(resolve.Done(broken))
+    assert done.reply is None and done.error is not None and "could not be rewritten" in done.error
+    assert removed == []
+    router = resolve.Router([catch_all, *zones()[1:]])
+    foreign = replies.reread(with_broken_caa(reply(query("x.public.test.", edns=-1),
+                                                   "x.public.test. 60 IN A 192.0.2.1"),
+                                             wire.name_to_wire("corp.example.")))
+    assert foreign is not None
+    scrubbed = resolve.scrub(resolve.Done(foreign), catch_all, router)
+    assert scrubbed.reply is None and scrubbed.error is not None

@@ -2,7 +2,7 @@
 
 Checked on every reply the block's upstreams send, so the check reads the cached form in
 place (the TTL offsets locate every record: type before, rdata after) and decides with
-integer masks; only a reply that holds such an address is rewritten, by dnspython, as
+integer masks; only a reply that holds such an address is rewritten (`reply.rewrite`), as
 `resolve.scrub` does. Pure: no sockets, no clock.
 """
 
@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import ipaddress
 import struct
+from typing import TYPE_CHECKING
 
 from splitdns import reply as replies
 from splitdns import wire
 from splitdns.directives.private import PrivateSpec
+from splitdns.reply import T_A, T_AAAA
+
+if TYPE_CHECKING:
+    import dns.message
+    import dns.name
 
 _U16 = struct.Struct("!H")
-T_A, T_AAAA = 1, 28
 
 
 class PrivateFilter:
@@ -41,20 +46,23 @@ class PrivateFilter:
                     return True
         return False
 
-    def apply(self, reply: replies.Reply) -> tuple[replies.Reply, list[str]] | None:
+    def apply(self, reply: replies.Reply) -> tuple[replies.Reply | None, list[str]] | None:
         """None if the reply holds no private address outside `allow`; else the reply
-        without them, and the addresses removed (for the log)."""
+        without them (None if it could not be rewritten), and the addresses removed."""
         if not self.holds_private(reply):
             return None
-        import dns.rrset  # rare: a reply that tries to rebind; dnspython only then
-        from dns.message import from_wire
-
-        msg = from_wire(reply.data)
         removed: list[str] = []
+        rewritten = replies.rewrite(reply.data, lambda msg: self._drop_private(msg, removed))
+        if rewritten is not None and not removed:
+            return None  # every private address belonged to an allowed name
+        return rewritten, removed
+
+    def _drop_private(self, msg: dns.message.Message, removed: list[str]) -> None:
+        import dns.rrset  # rare: a reply that tries to rebind; dnspython only then
+
         for section in (msg.answer, msg.authority, msg.additional):
             for rrset in list(section):
-                owner = rrset.name.canonicalize().to_wire() or b"\x00"
-                if rrset.rdtype not in (T_A, T_AAAA) or any(wire.is_subdomain(owner, z) for z in self.allow):
+                if rrset.rdtype not in (T_A, T_AAAA) or self._allowed(rrset.name):
                     continue
                 bad = [rd for rd in rrset if self.private(rd.to_digestable())]
                 if not bad:
@@ -64,7 +72,7 @@ class PrivateFilter:
                 section.remove(rrset)
                 if kept:
                     section.append(dns.rrset.from_rdata_list(rrset.name, rrset.ttl, kept))
-        if not removed:
-            return None  # every private address belonged to an allowed name
-        rewritten = replies.reread(msg.to_wire())
-        return (rewritten, removed) if rewritten is not None else None
+
+    def _allowed(self, owner: dns.name.Name) -> bool:
+        name = owner.canonicalize().to_wire() or b"\x00"
+        return any(wire.is_subdomain(name, zone) for zone in self.allow)

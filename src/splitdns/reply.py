@@ -15,10 +15,15 @@ Tests prove it agrees with dnspython. Pure: no sockets, no clock.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import dns.exception
 
 from splitdns import wire
+
+if TYPE_CHECKING:
+    import dns.message
 
 _RR = struct.Struct("!HHIH")
 _U16 = struct.Struct("!H")
@@ -75,7 +80,7 @@ def parse(sent: bytes, data: bytes) -> Reply | None:
     try:
         return read(sent, data)
     except Unusual:
-        return _canonical(data)
+        return rewrite(data)
 
 
 def read(sent: bytes, data: bytes) -> Reply | None:
@@ -95,12 +100,18 @@ def reread(data: bytes) -> Reply | None:
         return None
 
 
-def _canonical(data: bytes) -> Reply | None:
-    """dnspython reads the reply and writes it back with OPT last; then the hand reader indexes it."""
+def rewrite(data: bytes, edit: Callable[[dns.message.Message], None] | None = None) -> Reply | None:
+    """The reply as dnspython writes it back (OPT last, names compressed anew), after `edit`
+    changed the message if given; None if dnspython refuses it. The rare paths that must
+    change a reply's shape (OPT not last, records to remove) go through here: cutting bytes
+    out by hand would break the compression pointers of the records after them."""
     from dns.message import from_wire  # here: 6 MiB that ordinary replies never need (bench/)
 
     try:
-        rewritten = from_wire(data, ignore_trailing=False).to_wire()
+        msg = from_wire(data, ignore_trailing=False)
+        if edit is not None:
+            edit(msg)
+        rewritten = msg.to_wire()
     except (dns.exception.DNSException, ValueError, IndexError, UnicodeError):
         return None
     try:

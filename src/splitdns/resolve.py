@@ -62,6 +62,7 @@ from splitdns.rebinding import PrivateFilter
 from splitdns.tunnel import TunnelState
 
 if TYPE_CHECKING:
+    import dns.message
     import dns.rrset
 
 # Extended DNS Error codes (RFC 8914) we use.
@@ -280,6 +281,8 @@ class Zone:
         if filtered is None:
             return done, []
         reply, removed = filtered
+        if reply is None:  # dnspython refused what the hand reader let through: refuse, not leak
+            return Done(error="an upstream reply with a private address could not be rewritten"), []
         self.stats.private_removed += len(removed)
         return Done(reply, done.rcode, done.error, done.ede), removed
 
@@ -337,23 +340,21 @@ def scrub(done: Done, zone: Zone, router: Router) -> Done:
     An upstream speaks only for its own zone: the catch-all's server must not hand the client
     an NS or address for a name the tunnel or cluster zone owns (Unbound's scrub_sanitize, in
     split-DNS terms). The answer section is kept as it is: it answers the question asked.
-    Rare, so dnspython rewrites the message: cutting records out of the bytes would break the
-    compression pointers of the records after them.
+    Rare, so the reply is rewritten (`reply.rewrite`).
     """
     reply = done.reply
     if reply is None or all(router.route(owner) is zone for owner in reply.owners):
         return done
-    from dns.message import from_wire  # here: 6 MiB that ordinary replies never need (bench/)
-
-    msg = from_wire(reply.data)
 
     def ours(rrset: dns.rrset.RRset) -> bool:
         return router.route(rrset.name.canonicalize().to_wire() or b"\x00") is zone
 
-    msg.authority = [r for r in msg.authority if ours(r)]
-    msg.additional = [r for r in msg.additional if ours(r)]
-    scrubbed = replies.reread(msg.to_wire())
-    if scrubbed is None:  # cannot happen for a message dnspython wrote; refuse rather than leak
+    def drop_foreign(msg: dns.message.Message) -> None:
+        msg.authority = [r for r in msg.authority if ours(r)]
+        msg.additional = [r for r in msg.additional if ours(r)]
+
+    scrubbed = replies.rewrite(reply.data, drop_foreign)
+    if scrubbed is None:  # dnspython refused what the hand reader let through: refuse, not leak
         return Done(error="the upstream reply could not be rewritten without foreign records")
     return Done(scrubbed, done.rcode, done.error, done.ede)
 
