@@ -196,9 +196,7 @@ class Server:
             if repeat is not None:
                 out, seen = repeat
                 self._send_udp(sock, out, addr)
-                stats = seen.zone.stats
-                stats.cache_hits += 1
-                stats.answered("udp", listener.family, seen.qtype, out, self.clock() - now)
+                self._count_hit(seen.zone, listener, seen.qtype, out, now)
                 continue
             q = wire.parse_query(data)
             if q is not None and self._answer_hit(q, data, listener, addr, now):
@@ -227,14 +225,18 @@ class Server:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
         assert listener.udp is not None
         self._send_udp(listener.udp, out, addr)
-        stats = zone.stats
-        stats.cache_hits += 1
-        stats.answered("udp", listener.family, q.qtype, out, self.clock() - now)
+        self._count_hit(zone, listener, q.qtype, out, now)
         if zone.block.log is not None:
             self._log_query(zone.block, q, addr, "udp", len(data), out, now)
         else:
             listener.router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out)
         return True
+
+    def _count_hit(self, zone: resolve.Zone, listener: Listener, qtype: int, out: bytes,
+                   start: float) -> None:
+        stats = zone.stats
+        stats.cache_hits += 1
+        stats.answered("udp", listener.family, qtype, out, self.clock() - start)
 
     async def _resolve_udp(self, q: wire.Query, listener: Listener, addr: tuple[str, int],
                            size: int) -> None:
