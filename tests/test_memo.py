@@ -43,7 +43,7 @@ def served(router: resolve.Router, data: bytes, now: float) -> bytes | None:
         return None
     ttl = entries.remaining(entry, now)
     out = entries.render(entry, ttl, q)
-    router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out)
+    router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now)
     return out
 
 
@@ -96,13 +96,14 @@ def test_learning_zones_forgets_and_the_memo_is_bounded() -> None:
     router.learn(zone, ["pushed.example."])
     assert len(router.memo) == 0
     small = Memo(limit=2)
+    entry = entries.make(b"\x00" * 12, (), entries.SUCCESS, 30, 100.0)
     for i in range(5):
-        small.remember(bytes([0, i]) + b"q%d" % i, zone, b"k", object(), 30, 1, b"\x00\x00r")  # type: ignore[arg-type]
+        small.remember(bytes([0, i]) + b"q%d" % i, zone, b"k", entry, 30, 1, b"\x00\x00\x81\x80", 100.0)
         assert len(small) <= 2
     padded = query(NAME)
     padded.use_edns(0, options=[dns.edns.GenericOption(65001, b"x" * 600)])
     long_query = to_wire(padded)
-    small.remember(long_query, zone, b"k", object(), 30, 1, b"\x00\x00r")  # type: ignore[arg-type]
+    small.remember(long_query, zone, b"k", entry, 30, 1, b"\x00\x00\x81\x80", 100.0)
     assert small.lookup(long_query, 100.0) is None
 
 
@@ -130,7 +131,7 @@ def test_a_truncated_reply_is_not_patched_but_rendered_anew() -> None:
     entry = zone.cache.get(q.key, 100.0)
     assert entry is not None
     cut = wire.truncated(q, 0x8180)  # as the shell sends when the answer is over 512 bytes
-    router.memo.remember(data, zone, q.key, entry, entries.remaining(entry, 100.0), q.qtype, cut)
+    router.memo.remember(data, zone, q.key, entry, entries.remaining(entry, 100.0), q.qtype, cut, 100.0)
     same_second = router.memo.lookup(data, 100.5)
     assert same_second is not None and same_second[0] == cut
     assert router.memo.lookup(data, 101.0) is None and len(router.memo) == 0

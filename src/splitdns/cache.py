@@ -9,6 +9,7 @@ and a few byte patches (`wire.render`). Never touches a socket or a clock.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Mapping
 
 import dns.rcode
 
@@ -62,6 +63,11 @@ class Cache:
         if age >= ttl + self._stale_window(kind):
             self._forget(key, table)
         return None
+
+    def table_of(self, entry: Entry) -> Mapping[bytes, Entry]:
+        """Where `entry` is while the cache holds it: memo.py checks it there, once a second
+        through `get`."""
+        return self._success if entries.kind(entry) == SUCCESS else self._denial
 
     def get_stale(self, key: bytes, now: float) -> Entry | None:
         entry = self._success.get(key) or self._denial.get(key)

@@ -54,6 +54,13 @@ def remaining(entry: Entry, now: float) -> int:
     return max(0, int(duration - int(now - stored)))
 
 
+def same_ttl_until(entry: Entry, now: float) -> float:
+    """Until when `remaining` gives what it gives at `now` and the entry stays fresh."""
+    stored, duration = HEAD.unpack_from(entry)[:2]
+    until: float = min(stored + int(now - stored) + 1, stored + duration)
+    return until
+
+
 def render(entry: Entry, ttl_now: int | None, q: wire.Query) -> bytes:
     """The reply for `q` with every TTL set to `ttl_now` (None keeps the upstream's)."""
     count = HEAD.unpack_from(entry)[3]

@@ -26,7 +26,7 @@ def _flags(reply: bytes) -> str:
     return ",".join(name for bit, name in _FLAG_NAMES if flags & bit)
 
 
-def query_line(q: wire.Query, remote: tuple[str, int], proto: str, size: int,
+def query_line(q: wire.Query, remote: tuple[str, int] | tuple[str, int, int, int], proto: str, size: int,
                reply: bytes, seconds: float, as_json: bool) -> str:
     qtype = dns.rdatatype.to_text(dns.rdatatype.RdataType.make(q.qtype))
     name = wire.wire_to_text(q.question[:-4])

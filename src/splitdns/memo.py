@@ -24,15 +24,19 @@ MEMO_QUERY_BYTES = 512   # longer queries (EDNS options) are answered the ordina
 
 
 class Remembered:
-    __slots__ = ("entry", "key", "qtype", "tail", "ttl", "zone")
+    __slots__ = ("entry", "held_in", "key", "tail", "tally", "ttl", "until", "zone")
 
-    def __init__(self, zone: Zone, key: bytes, entry: Entry, ttl: int, qtype: int, tail: bytes) -> None:
+    def __init__(self, zone: Zone, key: bytes, entry: Entry, ttl: int, qtype: int, tail: bytes,
+                 now: float) -> None:
+        assert zone.cache is not None
         self.zone = zone
         self.key = key        # the cache key of the question
         self.entry = entry    # the cache entry the reply was rendered from
+        self.held_in = zone.cache.table_of(entry)
         self.ttl = ttl        # the TTL the reply carries
-        self.qtype = qtype
+        self.until = entries.same_ttl_until(entry, now)
         self.tail = tail      # the reply without its ID
+        self.tally = (zone, qtype, tail[1] & 0xF)  # what the hit counts under (metrics)
 
 
 class Memo:
@@ -48,6 +52,10 @@ class Memo:
         seen = self.table.get(data[2:])
         if seen is None:
             return None
+        if now < seen.until and seen.held_in.get(seen.key) is seen.entry:
+            # Still held and the same second of its life: the cache would render the same
+            # bytes. (Its LRU position is refreshed by the full check, once a second.)
+            return data[:2] + seen.tail, seen
         cache = seen.zone.cache
         if cache is None or cache.get(seen.key, now) is not seen.entry:
             del self.table[data[2:]]  # replaced, evicted or expired: render anew
@@ -62,15 +70,16 @@ class Memo:
                 return None
             seen.tail = _with_ttl(seen.tail, entries.offsets(seen.entry), ttl)
             seen.ttl = ttl
+        seen.until = entries.same_ttl_until(seen.entry, now)
         return data[:2] + seen.tail, seen
 
     def remember(self, data: bytes, zone: Zone, key: bytes, entry: Entry, ttl: int, qtype: int,
-                 reply: bytes) -> None:
+                 reply: bytes, now: float) -> None:
         if len(data) > MEMO_QUERY_BYTES:
             return
         if len(self.table) >= self.limit:
             self.table.clear()  # cheaper than an LRU here; the hot names come back within a second
-        self.table[data[2:]] = Remembered(zone, key, entry, ttl, qtype, reply[2:])
+        self.table[data[2:]] = Remembered(zone, key, entry, ttl, qtype, reply[2:], now)
 
     def clear(self) -> None:
         self.table.clear()

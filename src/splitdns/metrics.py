@@ -30,10 +30,10 @@ class Histogram:
         self.sum = 0.0
         self.total = 0
 
-    def observe(self, seconds: float) -> None:
-        self.counts[bisect.bisect_left(BUCKETS, seconds)] += 1
-        self.sum += seconds
-        self.total += 1
+    def observe(self, seconds: float, times: int = 1) -> None:
+        self.counts[bisect.bisect_left(BUCKETS, seconds)] += times
+        self.sum += seconds * times
+        self.total += times
 
     def buckets(self) -> list[tuple[str, float]]:
         out: list[tuple[str, float]] = []
@@ -61,10 +61,15 @@ class ZoneStats:
     private_removed: int = 0  # addresses `private_addresses` took out of replies
 
     def answered(self, proto: str, family: str, qtype: int, reply: bytes, seconds: float) -> None:
+        self.answered_alike(proto, family, qtype, reply[3] & 0xF if len(reply) > 3 else -1, seconds)
+
+    def answered_alike(self, proto: str, family: str, qtype: int, rcode: int, seconds: float,
+                       times: int = 1) -> None:
+        """`times` replies of one kind, each after `seconds` (a batch of cache hits)."""
         label = type_label(qtype)
-        self.requests[(proto, family, label)] += 1
-        self.responses[RCODES.get(reply[3] & 0xF, "other") if len(reply) > 3 else "other"] += 1
-        self.durations[label].observe(seconds)
+        self.requests[(proto, family, label)] += times
+        self.responses[RCODES.get(rcode, "other")] += times
+        self.durations[label].observe(seconds, times)
 
 
 @dataclass

@@ -16,18 +16,19 @@ import secrets
 import socket
 import struct
 import time
+from collections import Counter
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import entries, logs, metrics, queries, resolve, tcp, upstream, wire
+from splitdns import datagrams, entries, logs, metrics, queries, resolve, tcp, upstream, wire
 from splitdns.config import Block, Config
 from splitdns.entries import Entry
 from splitdns.probes import UpstreamProbes
 
-UDP_READS_PER_WAKEUP = 64
+UDP_BATCHES_PER_WAKEUP = 4  # of datagrams.BATCH each: then the loop's other work gets a turn
 # A burst of clients at once (a herd at expiry) must queue, not drop: the kernel's default
 # of about 200 KiB holds some 200 queries. The kernel caps this at net.core.rmem_max.
 UDP_RECEIVE_BUFFER = 4 * 1024 * 1024
@@ -39,6 +40,7 @@ class Listener:
     port: int
     router: resolve.Router
     udp: socket.socket | None = None
+    batch: datagrams.Batch | datagrams.OneByOne | None = None
     tcp: asyncio.Server | None = None
 
     @property
@@ -134,6 +136,7 @@ class Server:
             sock.close()
             raise
         listener.udp = sock
+        listener.batch = datagrams.open_batch(sock)
         try:
             listener.tcp = await asyncio.start_server(
                 lambda r, w: tcp.serve_client(self, r, w, listener), listener.host, listener.port,
@@ -155,6 +158,7 @@ class Server:
             asyncio.get_running_loop().remove_reader(listener.udp.fileno())
             listener.udp.close()
             listener.udp = None
+            listener.batch = None
         if listener.tcp is not None:
             listener.tcp.close()
             listener.tcp = None
@@ -181,36 +185,42 @@ class Server:
     # -- UDP ---------------------------------------------------------------------------------
 
     def _udp_readable(self, listener: Listener) -> None:
-        sock = listener.udp
-        assert sock is not None
+        batch = listener.batch
+        assert batch is not None
         memo = listener.router.memo
-        for _ in range(UDP_READS_PER_WAKEUP):
-            try:
-                data, addr = sock.recvfrom(4096)
-            except (BlockingIOError, InterruptedError):
+        for _ in range(UDP_BATCHES_PER_WAKEUP):
+            count = batch.receive()
+            if not count:
                 return
-            except OSError:
-                continue  # e.g. an ICMP error queued on the socket: not ours to act on
             now = self.clock()
-            repeat = memo.lookup(data, now)
-            if repeat is not None:
-                out, seen = repeat
-                self._send_udp(sock, out, addr)
-                self._count_hit(seen.zone, listener, seen.qtype, out, now)
-                continue
-            q = wire.parse_query(data)
-            if q is not None and self._answer_hit(q, data, listener, addr, now):
-                continue
-            verdict = queries.read(data) if q is None else q
-            if verdict is None:
-                continue
-            if isinstance(verdict, bytes):
-                self._send_udp(sock, verdict, addr)
-                continue
-            self._spawn(self._resolve_udp(verdict, listener, addr, len(data)))
+            hits: list[tuple[resolve.Zone, int, int]] = []
+            for i in range(count):
+                data = batch.datagram(i)
+                repeat = memo.lookup(data, now)
+                if repeat is not None:
+                    out, seen = repeat
+                    batch.reply(i, out)
+                    hits.append(seen.tally)
+                    continue
+                q = wire.parse_query(data)
+                if q is not None and self._answer_hit(q, data, listener, batch, i, hits, now):
+                    continue
+                verdict = queries.read(data) if q is None else q
+                if verdict is None:
+                    continue
+                if isinstance(verdict, bytes):
+                    batch.reply(i, verdict)
+                    continue
+                self._spawn(self._resolve_udp(verdict, listener, batch.peer(i), len(data)))
+            batch.send()
+            if hits:
+                self._count_hits(hits, listener, now)
+            if count < batch.size:
+                return
 
-    def _answer_hit(self, q: wire.Query, data: bytes, listener: Listener, addr: tuple[str, int],
-                    now: float) -> bool:
+    def _answer_hit(self, q: wire.Query, data: bytes, listener: Listener,
+                    batch: datagrams.Batch | datagrams.OneByOne, i: int,
+                    hits: list[tuple[resolve.Zone, int, int]], now: float) -> bool:
         """The hot path: a fresh cache entry answered from wire bytes. False on a miss.
         The reply is remembered (memo.py) unless the zone logs every query."""
         zone = listener.router.route(q.name)
@@ -223,22 +233,26 @@ class Server:
         out = entries.render(entry, ttl, q)
         if len(out) > q.max_udp:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
-        assert listener.udp is not None
-        self._send_udp(listener.udp, out, addr)
-        self._count_hit(zone, listener, q.qtype, out, now)
+        batch.reply(i, out)
+        hits.append((zone, q.qtype, out[3] & 0xF))
         if zone.block.log is not None:
-            self._log_query(zone.block, q, addr, "udp", len(data), out, now)
+            self._log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
         else:
-            listener.router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out)
+            listener.router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now)
         return True
 
-    def _count_hit(self, zone: resolve.Zone, listener: Listener, qtype: int, out: bytes,
-                   start: float) -> None:
-        stats = zone.stats
-        stats.cache_hits += 1
-        stats.answered("udp", listener.family, qtype, out, self.clock() - start)
+    def _count_hits(self, hits: list[tuple[resolve.Zone, int, int]], listener: Listener,
+                    start: float) -> None:
+        """After the batch went out: each reply waited from the read to the send. Hits of
+        one kind (zone, type, rcode) are counted at once: a batch is mostly a few hot names."""
+        elapsed = self.clock() - start
+        family = listener.family
+        for (zone, qtype, rcode), times in Counter(hits).items():
+            stats = zone.stats
+            stats.cache_hits += times
+            stats.answered_alike("udp", family, qtype, rcode, elapsed, times)
 
-    async def _resolve_udp(self, q: wire.Query, listener: Listener, addr: tuple[str, int],
+    async def _resolve_udp(self, q: wire.Query, listener: Listener, addr: datagrams.Peer,
                            size: int) -> None:
         start = self.clock()
         out, zone = await self.answer(q, listener)
@@ -250,7 +264,7 @@ class Server:
         self.account(zone, q, addr, "udp", listener.family, size, out, start)
 
     @staticmethod
-    def _send_udp(sock: socket.socket, data: bytes, addr: tuple[str, int]) -> None:
+    def _send_udp(sock: socket.socket, data: bytes, addr: datagrams.Peer) -> None:
         # A full buffer or a vanished client: UDP promises nothing, and neither do we.
         with contextlib.suppress(OSError):
             sock.sendto(data, addr)
@@ -330,7 +344,7 @@ class Server:
         if done.error is not None:
             self._log_error(zone.block, q, done.rcode, f"refreshing a stale answer: {done.error}")
 
-    def account(self, zone: resolve.Zone | None, q: wire.Query, addr: tuple[str, int], proto: str,
+    def account(self, zone: resolve.Zone | None, q: wire.Query, addr: datagrams.Peer, proto: str,
                  family: str, size: int, out: bytes, start: float) -> None:
         if zone is None:
             return
@@ -398,7 +412,7 @@ class Server:
 
     # -- logging -----------------------------------------------------------------------------
 
-    def _log_query(self, block: Block, q: wire.Query, addr: tuple[str, int], proto: str,
+    def _log_query(self, block: Block, q: wire.Query, addr: datagrams.Peer, proto: str,
                    size: int, out: bytes, start: float) -> None:
         assert block.log is not None
         rcode = out[3] & 0xF

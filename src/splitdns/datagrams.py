@@ -1,0 +1,220 @@
+"""Many datagrams per system call: recvmmsg(2) and sendmmsg(2) through ctypes.
+
+Under load a cache hit's cost is mostly its two system calls, not Python (py-spy, bench/):
+reading the waiting queries with one recvmmsg and sending their replies with one sendmmsg
+pays the kernel entry once per batch. Python's socket module has neither call, so they go
+through ctypes into libc. Where libc lacks them or the structures are not laid out as
+this module expects, `open_batch` falls back to `OneByOne`: recvfrom and sendto, the same
+interface, the same behaviour.
+
+A reply goes back to the sockaddr its query came from without that address becoming a
+Python object: the send header points at the receive header's address buffer. Only a
+query answered later (a cache miss) or logged asks for the address as a tuple.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import socket
+import struct
+from collections.abc import Callable
+
+BATCH = 64            # datagrams per system call; dnsperf's 100 in flight fill about 20
+DATAGRAM_BYTES = 4096  # a query is at most 4096 bytes here, as with recvfrom(4096)
+ADDRESS_BYTES = 28     # sizeof(struct sockaddr_in6), the larger of the two families
+MSG_DONTWAIT = 0x40
+
+Peer = tuple[str, int] | tuple[str, int, int, int]  # as socket.recvfrom gives it
+
+
+class _IoVec(ctypes.Structure):
+    _fields_ = [("iov_base", ctypes.c_void_p), ("iov_len", ctypes.c_size_t)]
+
+
+class _MsgHdr(ctypes.Structure):
+    _fields_ = [("msg_name", ctypes.c_void_p), ("msg_namelen", ctypes.c_uint32),
+                ("msg_iov", ctypes.c_void_p), ("msg_iovlen", ctypes.c_size_t),
+                ("msg_control", ctypes.c_void_p), ("msg_controllen", ctypes.c_size_t),
+                ("msg_flags", ctypes.c_int)]
+
+
+class _MMsgHdr(ctypes.Structure):
+    _fields_ = [("msg_hdr", _MsgHdr), ("msg_len", ctypes.c_uint32)]
+
+
+def _libc_calls() -> tuple[Callable[..., int], Callable[..., int]] | None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        receive, send = libc.recvmmsg, libc.sendmmsg
+    except (OSError, AttributeError):
+        return None
+    receive.restype = send.restype = ctypes.c_int
+    receive.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_void_p]
+    send.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_uint, ctypes.c_int]
+    return receive, send
+
+
+_CALLS = _libc_calls()
+
+
+class _Headers:
+    """`count` mmsghdr, each with one iovec of DATAGRAM_BYTES and an address buffer (its
+    own, or those of `replying_to`: header i then sends to the sender of datagram i there).
+
+    The fields touched per datagram are reached through typed memoryviews over the same
+    memory (a ctypes attribute costs several times a list index)."""
+
+    def __init__(self, count: int, namelen: int, replying_to: _Headers | None = None) -> None:
+        self.raw = bytearray(_STRIDE * count)
+        headers = (_MMsgHdr * count).from_buffer(self.raw)
+        self.data = bytearray(DATAGRAM_BYTES * count)
+        self.names: bytearray = replying_to.names if replying_to is not None else \
+            bytearray(ADDRESS_BYTES * count)
+        iovecs = (_IoVec * count)()
+        data_at = ctypes.addressof((ctypes.c_char * len(self.data)).from_buffer(self.data))
+        names_at = ctypes.addressof((ctypes.c_char * len(self.names)).from_buffer(self.names))
+        for i in range(count):
+            iovecs[i].iov_base = data_at + i * DATAGRAM_BYTES
+            iovecs[i].iov_len = DATAGRAM_BYTES
+            hdr = headers[i].msg_hdr
+            hdr.msg_name = names_at + i * ADDRESS_BYTES
+            # The kernel writes back the length it used, always that of the socket's family
+            # (16, or 28 for AF_INET6, v4-mapped senders included): it never needs resetting.
+            hdr.msg_namelen = namelen
+            hdr.msg_iov = ctypes.addressof(iovecs) + i * ctypes.sizeof(_IoVec)
+            hdr.msg_iovlen = 1
+        self._keep = (headers, iovecs)  # the kernel reads these through raw addresses
+        self.address = ctypes.addressof(headers)
+        self.u32 = memoryview(self.raw).cast("I")
+        self.iov_sizes = memoryview(iovecs).cast("B").cast("L")
+        self.data_view = memoryview(self.data)
+
+
+_STRIDE = ctypes.sizeof(_MMsgHdr)
+_LEN = _MMsgHdr.msg_len.offset
+_IOV_LEN = _IoVec.iov_len.offset
+
+
+def _layout_fits() -> bool:
+    """The typed views index whole fields: every offset must be a multiple of its size."""
+    size_t = ctypes.sizeof(ctypes.c_size_t)
+    return (size_t == ctypes.sizeof(ctypes.c_ulong) and _STRIDE % 4 == 0 and _LEN % 4 == 0 and
+            ctypes.sizeof(_IoVec) % size_t == 0 and _IOV_LEN % size_t == 0)
+
+
+class Batch:
+    """The datagrams one recvmmsg read, and their replies, sent by sendmmsg.
+
+    The reply to datagram i goes in slot i of the outbox, so a run of consecutive replies
+    is one sendmmsg; a datagram left unanswered for now (a miss) ends a run."""
+
+    def __init__(self, sock: socket.socket, size: int = BATCH) -> None:
+        assert _CALLS is not None
+        self._receive, self._send = _CALLS
+        self.sock = sock
+        self.fd = sock.fileno()
+        self.size = size
+        namelen = 16 if sock.family == socket.AF_INET else ADDRESS_BYTES
+        self.inbox = _Headers(size, namelen)
+        self.outbox = _Headers(size, namelen, replying_to=self.inbox)
+        self._len_at = [(i * _STRIDE + _LEN) // 4 for i in range(size)]
+        self._iov_len_at = [(i * ctypes.sizeof(_IoVec) + _IOV_LEN) // ctypes.sizeof(ctypes.c_size_t)
+                            for i in range(size)]
+        self._run = (0, 0)  # outbox slots [first, end) holding replies not yet sent
+
+    def receive(self) -> int:
+        """Read what is waiting, up to `size` datagrams, without blocking; their number.
+        Send the replies to the previous ones first: their addresses are about to go."""
+        self.send()
+        got = self._receive(self.fd, self.inbox.address, self.size, MSG_DONTWAIT, None)
+        return max(got, 0)  # -1: EAGAIN, or an error queued on the socket, not ours to act on
+
+    def datagram(self, i: int) -> bytes:
+        start = i * DATAGRAM_BYTES
+        return bytes(self.inbox.data_view[start:start + self.inbox.u32[self._len_at[i]]])
+
+    def peer(self, i: int) -> Peer:
+        """The sender of datagram i, as socket.recvfrom would give it."""
+        return _sockaddr(bytes(self.inbox.names[i * ADDRESS_BYTES:(i + 1) * ADDRESS_BYTES]))
+
+    def reply(self, i: int, data: bytes) -> None:
+        """Queue `data` for the sender of datagram i; `send` sends the queue."""
+        size = len(data)
+        if size > DATAGRAM_BYTES:  # larger than any UDP reply we make; sent on its own
+            with contextlib.suppress(OSError):
+                self.sock.sendto(data, self.peer(i))
+            return
+        first, end = self._run
+        if i != end:
+            self.send()
+            first = i
+        start = i * DATAGRAM_BYTES
+        self.outbox.data_view[start:start + size] = data
+        self.outbox.iov_sizes[self._iov_len_at[i]] = size
+        self._run = (first, i + 1)
+
+    def send(self) -> None:
+        """Send the queued replies. Like sendto's, a reply the kernel refuses is dropped."""
+        done, end = self._run
+        self._run = (0, 0)
+        while done < end:
+            sent = self._send(self.fd, self.outbox.address + done * _STRIDE, end - done, 0)
+            if sent > 0:
+                done += sent
+            elif sent < 0 and ctypes.get_errno() in (errno.EAGAIN, errno.EWOULDBLOCK):
+                return  # the send buffer is full: the rest are lost, as with sendto
+            else:
+                done += 1  # this one failed (e.g. a vanished client); the next may not
+
+
+class OneByOne:
+    """The same interface over recvfrom and sendto, where recvmmsg cannot be used."""
+
+    def __init__(self, sock: socket.socket, size: int = BATCH) -> None:
+        self.sock = sock
+        self.size = size
+        self.inbox: list[tuple[bytes, Peer]] = []
+
+    def receive(self) -> int:
+        inbox = self.inbox
+        inbox.clear()
+        recvfrom = self.sock.recvfrom
+        for _ in range(self.size):
+            try:
+                inbox.append(recvfrom(DATAGRAM_BYTES))
+            except (BlockingIOError, InterruptedError):
+                break
+            except OSError:
+                continue  # e.g. an ICMP error queued on the socket: not ours to act on
+        return len(inbox)
+
+    def datagram(self, i: int) -> bytes:
+        return self.inbox[i][0]
+
+    def peer(self, i: int) -> Peer:
+        return self.inbox[i][1]
+
+    def reply(self, i: int, data: bytes) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.sendto(data, self.inbox[i][1])
+
+    def send(self) -> None:
+        """Replies went out as they came."""
+
+
+def open_batch(sock: socket.socket, size: int = BATCH) -> Batch | OneByOne:
+    if _CALLS is None or not _layout_fits():
+        return OneByOne(sock, size)
+    return Batch(sock, size)
+
+
+def _sockaddr(raw: bytes) -> Peer:
+    family = int.from_bytes(raw[:2], "little" if struct.pack("=H", 1)[0] else "big")
+    port = int.from_bytes(raw[2:4], "big")
+    if family == socket.AF_INET6:
+        flowinfo, = struct.unpack_from("!I", raw, 4)
+        scope, = struct.unpack_from("=I", raw, 24)
+        return socket.inet_ntop(socket.AF_INET6, raw[8:24]), port, flowinfo, scope
+    return socket.inet_ntop(socket.AF_INET, raw[4:8]), port

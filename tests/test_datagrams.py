@@ -1,0 +1,180 @@
+"""recvmmsg/sendmmsg batches (datagrams.py) against recvfrom/sendto, on real loopback sockets.
+
+Both readers must hand the server the same datagrams and senders, and every reply must
+reach the sender of the datagram it answers, whatever the pattern of answered and
+unanswered (miss) datagrams in a batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
+from pathlib import Path
+
+import dns.message
+import dns.rcode
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from splitdns import config, datagrams, server
+from tests.support.processes import free_port, scripted_upstream
+
+READERS = [datagrams.Batch, datagrams.OneByOne]
+
+
+@contextmanager
+def sockets(family: socket.AddressFamily,
+            clients: int) -> Iterator[tuple[socket.socket, list[socket.socket]]]:
+    host = "::1" if family == socket.AF_INET6 else "127.0.0.1"
+    try:
+        listener = socket.socket(family, socket.SOCK_DGRAM)
+        listener.bind((host, 0))
+    except OSError as err:
+        pytest.skip(f"no {host} here: {err}")
+    listener.setblocking(False)
+    senders = [socket.socket(family, socket.SOCK_DGRAM) for _ in range(clients)]
+    try:
+        for s in senders:
+            s.bind((host, 0))
+            s.settimeout(1.0)
+            s.connect(listener.getsockname()[:2])
+        yield listener, senders
+    finally:
+        for s in senders:
+            s.close()
+        listener.close()
+
+
+def read_all(reader: datagrams.Batch | datagrams.OneByOne, expected: int) -> list[tuple[bytes, object]]:
+    """Every datagram waiting, over as many receives as it takes (bounded)."""
+    got: list[tuple[bytes, object]] = []
+    for _ in range(expected + 5):
+        count = reader.receive()
+        got += [(reader.datagram(i), reader.peer(i)) for i in range(count)]
+        if len(got) >= expected:
+            break
+    return got
+
+
+@pytest.mark.parametrize("reader_class", READERS)
+@pytest.mark.parametrize("family", [socket.AF_INET, socket.AF_INET6])
+def test_a_reader_gives_each_datagram_and_its_sender_as_recvfrom_does(
+        reader_class: type[datagrams.Batch | datagrams.OneByOne], family: socket.AddressFamily) -> None:
+    with sockets(family, 3) as (listener, senders):
+        reader = reader_class(listener, size=4)
+        assert reader.receive() == 0  # nothing waiting: no block, no datagram
+        sent = []
+        for n in range(7):  # more than one batch of 4
+            payload = bytes([n]) * (1 + n * 600)  # up to 3601 bytes
+            senders[n % 3].send(payload)
+            sent.append((payload, senders[n % 3].getsockname()))
+        got = read_all(reader, len(sent))
+        assert [data for data, _ in got] == [data for data, _ in sent]
+        assert [peer for _, peer in got] == [peer for _, peer in sent]
+
+
+@pytest.mark.parametrize("reader_class", READERS)
+def test_each_reply_reaches_the_sender_of_its_datagram_around_unanswered_ones(
+        reader_class: type[datagrams.Batch | datagrams.OneByOne]) -> None:
+    with sockets(socket.AF_INET, 6) as (listener, senders):
+        reader = reader_class(listener, size=8)
+        for n, s in enumerate(senders):
+            s.send(b"q%d" % n)
+        count = reader.receive()
+        assert count == 6
+        answered = [0, 1, 3, 5]  # 2 and 4 are misses: they end runs of consecutive replies
+        for i in answered:
+            reader.reply(i, b"reply to " + reader.datagram(i))
+        reader.send()
+        for n, s in enumerate(senders):
+            if n in answered:
+                assert s.recv(100) == b"reply to q%d" % n
+            else:
+                with pytest.raises(TimeoutError):
+                    s.settimeout(0.05)
+                    s.recv(100)
+
+
+def test_a_reply_larger_than_a_slot_still_goes_out() -> None:
+    with sockets(socket.AF_INET, 1) as (listener, (client,)):
+        batch = datagrams.Batch(listener, size=2)
+        client.send(b"q")
+        assert batch.receive() == 1
+        big = b"x" * (datagrams.DATAGRAM_BYTES + 100)
+        batch.reply(0, big)
+        batch.send()
+        assert client.recv(10000) == big
+
+
+@given(st.lists(st.tuples(st.integers(1, datagrams.DATAGRAM_BYTES), st.booleans()), min_size=1, max_size=12))
+@settings(max_examples=40, deadline=None)
+def test_batch_and_one_by_one_deliver_the_same(plan: list[tuple[int, bool]]) -> None:
+    """Any sizes, any answered/unanswered pattern: the clients receive the same replies."""
+    received: dict[str, list[bytes]] = {}
+    for reader_class in READERS:
+        with sockets(socket.AF_INET, len(plan)) as (listener, senders):
+            reader = reader_class(listener, size=5)
+            for n, (size, _) in enumerate(plan):
+                senders[n].send(bytes([n]) * size)
+            got = 0
+            for _ in range(len(plan) + 5):
+                count = reader.receive()
+                for i in range(count):
+                    data = reader.datagram(i)
+                    if plan[data[0]][1]:
+                        reader.reply(i, data[::-1] + b"!")
+                got += count
+                if got >= len(plan):
+                    break
+            reader.send()
+            replies = []
+            for n, (_, answer) in enumerate(plan):
+                senders[n].settimeout(1.0 if answer else 0.01)
+                try:
+                    replies.append(senders[n].recv(datagrams.DATAGRAM_BYTES + 1))
+                except TimeoutError:
+                    replies.append(b"")
+            received[reader_class.__name__] = replies
+    assert received["Batch"] == received["OneByOne"]
+    assert received["Batch"] == [bytes([n]) * size + b"!" if answer else b""
+                                 for n, (size, answer) in enumerate(plan)]
+
+
+def test_the_server_answers_through_the_fallback_reader(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where recvmmsg is missing, hits and misses are served the same, one datagram at a time."""
+    monkeypatch.setattr(datagrams, "open_batch", datagrams.OneByOne)
+    rules = [{"suffix": ".", "qtype": "A", "records": ["{qname} 300 IN A 192.0.2.7"]}]
+    with scripted_upstream(tmp_path, rules) as up:
+        port = free_port("127.0.0.1")
+        conf = config.loads(f". {{\n bind 127.0.0.1\n cache 30\n forward . {up.addr}:{up.port}\n}}\n",
+                            default_port=port)
+
+        async def scenario() -> tuple[list[dns.message.Message], tuple[int, int]]:
+            srv = server.Server(conf)
+            await srv.start()
+            assert isinstance(srv.listeners[0].batch, datagrams.OneByOne)
+            try:
+                replies = [await asyncio.to_thread(ask, port, "www.example.", qid) for qid in (1, 2, 3)]
+                stats = next(iter(srv.zones.values())).stats
+                return replies, (stats.cache_misses, stats.cache_hits)
+            finally:
+                srv.close()
+
+        replies, (misses, hits) = asyncio.run(asyncio.wait_for(scenario(), 20))
+    assert [r.id for r in replies] == [1, 2, 3]
+    assert all(r.rcode() == dns.rcode.NOERROR for r in replies)
+    assert all(r.answer[0][0].address == "192.0.2.7" for r in replies)
+    assert (misses, hits) == (1, 2)
+
+
+def ask(port: int, name: str, qid: int) -> dns.message.Message:
+    query = dns.message.make_query(name, "A")
+    query.id = qid
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as s:
+        s.settimeout(5)
+        s.sendto(query.to_wire(), ("127.0.0.1", port))
+        return dns.message.from_wire(s.recv(4096))
