@@ -112,7 +112,8 @@ def test_a_reply_larger_than_a_slot_still_goes_out() -> None:
 @given(st.lists(st.tuples(st.integers(1, datagrams.DATAGRAM_BYTES), st.booleans()), min_size=1, max_size=12))
 @settings(max_examples=40, deadline=None)
 def test_batch_and_one_by_one_deliver_the_same(plan: list[tuple[int, bool]]) -> None:
-    """Any sizes, any answered/unanswered pattern: the clients receive the same replies."""
+    """Any sizes, any answered/unanswered pattern, whole replies or replies after the query's
+    ID: the clients receive the same replies."""
     received: dict[str, list[bytes]] = {}
     for reader_class in READERS:
         with sockets(socket.AF_INET, len(plan)) as (listener, senders):
@@ -124,8 +125,11 @@ def test_batch_and_one_by_one_deliver_the_same(plan: list[tuple[int, bool]]) -> 
                 count = reader.receive()
                 for i in range(count):
                     data = reader.datagram(i)
-                    if plan[data[0]][1]:
-                        reader.reply(i, data[::-1] + b"!")
+                    assert reader.after_id(i) == data[2:]
+                    if plan[data[0]][1] and len(data) >= 2 and data[0] % 2:
+                        reader.reply_after_id(i, data[2:] + b"!")  # the ID stays the query's
+                    elif plan[data[0]][1]:
+                        reader.reply(i, data + b"!")
                 got += count
                 if got >= len(plan):
                     break

@@ -60,8 +60,9 @@ _CALLS = _libc_calls()
 
 
 class _Headers:
-    """`count` mmsghdr, each with one iovec of DATAGRAM_BYTES and an address buffer (its
-    own, or those of `replying_to`: header i then sends to the sender of datagram i there).
+    """`count` mmsghdr, each with one iovec of DATAGRAM_BYTES and an address buffer: their
+    own, or the very buffers of `replying_to`, so that header i sends what was written over
+    datagram i to its sender (a reply keeps the query's ID where it already is).
 
     The fields touched per datagram are reached through typed memoryviews over the same
     memory (a ctypes attribute costs several times a list index)."""
@@ -69,7 +70,8 @@ class _Headers:
     def __init__(self, count: int, namelen: int, replying_to: _Headers | None = None) -> None:
         self.raw = bytearray(_STRIDE * count)
         headers = (_MMsgHdr * count).from_buffer(self.raw)
-        self.data = bytearray(DATAGRAM_BYTES * count)
+        self.data: bytearray = replying_to.data if replying_to is not None else \
+            bytearray(DATAGRAM_BYTES * count)
         self.names: bytearray = replying_to.names if replying_to is not None else \
             bytearray(ADDRESS_BYTES * count)
         iovecs = (_IoVec * count)()
@@ -107,8 +109,9 @@ def _layout_fits() -> bool:
 class Batch:
     """The datagrams one recvmmsg read, and their replies, sent by sendmmsg.
 
-    The reply to datagram i goes in slot i of the outbox, so a run of consecutive replies
-    is one sendmmsg; a datagram left unanswered for now (a miss) ends a run."""
+    The reply to datagram i is written over it, so read a datagram before replying to it.
+    A run of consecutive replies is one sendmmsg; a datagram left unanswered for now (a
+    miss) ends a run."""
 
     def __init__(self, sock: socket.socket, size: int = BATCH) -> None:
         assert _CALLS is not None
@@ -135,6 +138,11 @@ class Batch:
         start = i * DATAGRAM_BYTES
         return bytes(self.inbox.data_view[start:start + self.inbox.u32[self._len_at[i]]])
 
+    def after_id(self, i: int) -> bytes:
+        """Datagram i without its first two bytes (a query's ID): the memo's key."""
+        start = i * DATAGRAM_BYTES
+        return bytes(self.inbox.data_view[start + 2:start + self.inbox.u32[self._len_at[i]]])
+
     def peer(self, i: int) -> Peer:
         """The sender of datagram i, as socket.recvfrom would give it."""
         return _sockaddr(bytes(self.inbox.names[i * ADDRESS_BYTES:(i + 1) * ADDRESS_BYTES]))
@@ -146,12 +154,19 @@ class Batch:
             with contextlib.suppress(OSError):
                 self.sock.sendto(data, self.peer(i))
             return
+        self._queue(i, 0, data, size)
+
+    def reply_after_id(self, i: int, tail: bytes) -> None:
+        """Queue a reply made of datagram i's first two bytes (its ID) and `tail`."""
+        self._queue(i, 2, tail, len(tail) + 2)
+
+    def _queue(self, i: int, skip: int, data: bytes, size: int) -> None:
         first, end = self._run
         if i != end:
             self.send()
             first = i
-        start = i * DATAGRAM_BYTES
-        self.outbox.data_view[start:start + size] = data
+        start = i * DATAGRAM_BYTES + skip
+        self.outbox.data_view[start:start + len(data)] = data
         self.outbox.iov_sizes[self._iov_len_at[i]] = size
         self._run = (first, i + 1)
 
@@ -196,9 +211,15 @@ class OneByOne:
     def peer(self, i: int) -> Peer:
         return self.inbox[i][1]
 
+    def after_id(self, i: int) -> bytes:
+        return self.inbox[i][0][2:]
+
     def reply(self, i: int, data: bytes) -> None:
         with contextlib.suppress(OSError):
             self.sock.sendto(data, self.inbox[i][1])
+
+    def reply_after_id(self, i: int, tail: bytes) -> None:
+        self.reply(i, self.inbox[i][0][:2] + tail)
 
     def send(self) -> None:
         """Replies went out as they came."""

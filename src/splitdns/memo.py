@@ -49,16 +49,21 @@ class Memo:
 
     def lookup(self, data: bytes, now: float) -> tuple[bytes, Remembered] | None:
         """The reply to these query bytes if the cache would give the same one now, else None."""
-        seen = self.table.get(data[2:])
+        seen = self.find(data[2:], now)
+        return None if seen is None else (data[:2] + seen.tail, seen)
+
+    def find(self, after_id: bytes, now: float) -> Remembered | None:
+        """What `lookup` answers, by the query's bytes after its ID; the reply is ID + tail."""
+        seen = self.table.get(after_id)
         if seen is None:
             return None
         if now < seen.until and seen.held_in.get(seen.key) is seen.entry:
             # Still held and the same second of its life: the cache would render the same
             # bytes. (Its LRU position is refreshed by the full check, once a second.)
-            return data[:2] + seen.tail, seen
+            return seen
         cache = seen.zone.cache
         if cache is None or cache.get(seen.key, now) is not seen.entry:
-            del self.table[data[2:]]  # replaced, evicted or expired: render anew
+            del self.table[after_id]  # replaced, evicted or expired: render anew
             return None
         ttl = entries.remaining(seen.entry, now)
         if ttl != seen.ttl:
@@ -66,12 +71,12 @@ class Memo:
             # header and question have the entry's lengths), not a render from scratch, which
             # every hot name would otherwise pay once a second.
             if seen.tail[0] & wire.TC >> 8:
-                del self.table[data[2:]]  # a truncated reply carries no records to patch
+                del self.table[after_id]  # a truncated reply carries no records to patch
                 return None
             seen.tail = _with_ttl(seen.tail, entries.offsets(seen.entry), ttl)
             seen.ttl = ttl
         seen.until = entries.same_ttl_until(seen.entry, now)
-        return data[:2] + seen.tail, seen
+        return seen
 
     def remember(self, data: bytes, zone: Zone, key: bytes, entry: Entry, ttl: int, qtype: int,
                  reply: bytes, now: float) -> None:

@@ -195,13 +195,12 @@ class Server:
             now = self.clock()
             hits: list[tuple[resolve.Zone, int, int]] = []
             for i in range(count):
-                data = batch.datagram(i)
-                repeat = memo.lookup(data, now)
-                if repeat is not None:
-                    out, seen = repeat
-                    batch.reply(i, out)
+                seen = memo.find(batch.after_id(i), now)
+                if seen is not None:
+                    batch.reply_after_id(i, seen.tail)
                     hits.append(seen.tally)
                     continue
+                data = batch.datagram(i)
                 q = wire.parse_query(data)
                 if q is not None and self._answer_hit(q, data, listener, batch, i, hits, now):
                     continue
