@@ -54,11 +54,10 @@ def remaining(entry: Entry, now: float) -> int:
     return max(0, int(duration - int(now - stored)))
 
 
-def same_ttl_until(entry: Entry, now: float) -> float:
-    """Until when `remaining` gives what it gives at `now` and the entry stays fresh."""
+def timing(entry: Entry) -> tuple[float, float]:
+    """When the entry was stored, and for how long it is fresh (its TTL)."""
     stored, duration = HEAD.unpack_from(entry)[:2]
-    until: float = min(stored + int(now - stored) + 1, stored + duration)
-    return until
+    return stored, duration
 
 
 def render(entry: Entry, ttl_now: int | None, q: wire.Query) -> bytes:

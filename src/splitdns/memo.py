@@ -3,10 +3,12 @@
 A cache hit still costs reading the query, routing it and rendering the entry: 10 of the 17
 microseconds a hit took (bench/). The clients of a pod ask the same few names again and
 again, in the same bytes, so this table maps a query's bytes after its ID to the reply's
-bytes after its ID, and a repeat costs a lookup and a concatenation. Every use is checked
-against the cache (the same entry, still fresh; the TTL patched when a second passed), so
-the memo never answers what the cache would not; and it belongs to one router, so a reload
-or a zone learned from the VPN starts it afresh. Pure: no sockets, no clock.
+bytes after its ID, and a repeat costs a lookup (the shell writes the tail after the
+query's own ID). Every use checks that the cache still holds the same entry and that the
+entry is in the same second of its life; the first use in a new second goes through the
+cache's own `get` (freshness, LRU place) and patches the TTL. So the memo never answers
+what the cache would not; and it belongs to one router, so a reload or a zone learned
+from the VPN starts it afresh. Pure: no sockets, no clock.
 """
 
 from __future__ import annotations
@@ -24,7 +26,8 @@ MEMO_QUERY_BYTES = 512   # longer queries (EDNS options) are answered the ordina
 
 
 class Remembered:
-    __slots__ = ("entry", "held_in", "key", "tail", "tally", "ttl", "until", "zone")
+    __slots__ = ("duration", "entry", "held_in", "key", "offsets", "span", "stored", "tail",
+                 "tally", "ttl", "zone")
 
     def __init__(self, zone: Zone, key: bytes, entry: Entry, ttl: int, qtype: int, tail: bytes,
                  now: float) -> None:
@@ -34,9 +37,17 @@ class Remembered:
         self.entry = entry    # the cache entry the reply was rendered from
         self.held_in = zone.cache.table_of(entry)
         self.ttl = ttl        # the TTL the reply carries
-        self.until = entries.same_ttl_until(entry, now)
+        # The entry's timing, read once: the once-a-second recheck is on the query path.
+        self.stored, self.duration = entries.timing(entry)
+        self.offsets = entries.offsets(entry)
+        self.span = self.same_ttl_span(now)
         self.tail = tail      # the reply without its ID
         self.tally = (zone, qtype, tail[1] & 0xF)  # what the hit counts under (metrics)
+
+    def same_ttl_span(self, now: float) -> float:
+        """While the entry's age stays below this, `entries.remaining` gives what it gives
+        now and the entry is fresh (the cache's test is the same: age < duration)."""
+        return min(int(now - self.stored) + 1, self.duration)
 
 
 class Memo:
@@ -57,7 +68,7 @@ class Memo:
         seen = self.table.get(after_id)
         if seen is None:
             return None
-        if now < seen.until and seen.held_in.get(seen.key) is seen.entry:
+        if now - seen.stored < seen.span and seen.held_in.get(seen.key) is seen.entry:
             # Still held and the same second of its life: the cache would render the same
             # bytes. (Its LRU position is refreshed by the full check, once a second.)
             return seen
@@ -65,7 +76,7 @@ class Memo:
         if cache is None or cache.get(seen.key, now) is not seen.entry:
             del self.table[after_id]  # replaced, evicted or expired: render anew
             return None
-        ttl = entries.remaining(seen.entry, now)
+        ttl = max(0, int(seen.duration - int(now - seen.stored)))  # entries.remaining
         if ttl != seen.ttl:
             # A second older: the same reply with the new TTL at the same places (the client's
             # header and question have the entry's lengths), not a render from scratch, which
@@ -73,9 +84,9 @@ class Memo:
             if seen.tail[0] & wire.TC >> 8:
                 del self.table[after_id]  # a truncated reply carries no records to patch
                 return None
-            seen.tail = _with_ttl(seen.tail, entries.offsets(seen.entry), ttl)
+            seen.tail = _with_ttl(seen.tail, seen.offsets, ttl)
             seen.ttl = ttl
-        seen.until = entries.same_ttl_until(seen.entry, now)
+        seen.span = seen.same_ttl_span(now)
         return seen
 
     def remember(self, data: bytes, zone: Zone, key: bytes, entry: Entry, ttl: int, qtype: int,
