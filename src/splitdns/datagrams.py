@@ -20,6 +20,7 @@ import errno
 import socket
 import struct
 from collections.abc import Callable
+from typing import Protocol, TypeVar
 
 BATCH = 64            # datagrams per system call; dnsperf's 100 in flight fill about 20
 DATAGRAM_BYTES = 4096  # a query is at most 4096 bytes here, as with recvfrom(4096)
@@ -106,12 +107,23 @@ def _layout_fits() -> bool:
             ctypes.sizeof(_IoVec) % size_t == 0 and _IOV_LEN % size_t == 0)
 
 
+class Known(Protocol):
+    """What `answer_known`'s finder returns for a datagram it knows the reply to."""
+
+    @property
+    def tail(self) -> bytes:
+        """The reply without its first two bytes (they stay the query's: its ID)."""
+        ...
+
+
+K = TypeVar("K", bound=Known)
+
+
 class Batch:
     """The datagrams one recvmmsg read, and their replies, sent by sendmmsg.
 
     The reply to datagram i is written over it, so read a datagram before replying to it.
-    A run of consecutive replies is one sendmmsg; a datagram left unanswered for now (a
-    miss) ends a run."""
+    Consecutive replies go out in one sendmmsg."""
 
     def __init__(self, sock: socket.socket, size: int = BATCH) -> None:
         assert _CALLS is not None
@@ -125,23 +137,45 @@ class Batch:
         self._len_at = [(i * _STRIDE + _LEN) // 4 for i in range(size)]
         self._iov_len_at = [(i * ctypes.sizeof(_IoVec) + _IOV_LEN) // ctypes.sizeof(ctypes.c_size_t)
                             for i in range(size)]
-        self._run = (0, 0)  # outbox slots [first, end) holding replies not yet sent
+        self._count = 0
+        self._queued = bytearray(size)  # 1: the outbox slot holds a reply not yet sent
 
     def receive(self) -> int:
         """Read what is waiting, up to `size` datagrams, without blocking; their number.
         Send the replies to the previous ones first: their addresses are about to go."""
         self.send()
         got = self._receive(self.fd, self.inbox.address, self.size, MSG_DONTWAIT, None)
-        return max(got, 0)  # -1: EAGAIN, or an error queued on the socket, not ours to act on
+        self._count = max(got, 0)  # -1: EAGAIN, or an error queued on the socket, not ours
+        return self._count
+
+    def answer_known(self, find: Callable[[bytes, float], K | None], now: float,
+                     found: list[K]) -> list[int]:
+        """Reply to each datagram whose bytes after the first two (a query's ID) `find`
+        knows the reply to, and append what it found to `found`; return the indices of the
+        others, in order, for the caller. The cache-hit loop: one call for the batch."""
+        view, lengths, sizes, queued = self.inbox.data_view, self.inbox.u32, \
+            self.outbox.iov_sizes, self._queued
+        len_at, iov_len_at = self._len_at, self._iov_len_at
+        others: list[int] = []
+        for i in range(self._count):
+            start = i * DATAGRAM_BYTES
+            known = find(bytes(view[start + 2:start + lengths[len_at[i]]]), now)
+            if known is None:
+                others.append(i)
+                continue
+            tail = known.tail
+            found.append(known)
+            if len(tail) > DATAGRAM_BYTES - 2:  # it would spill into the next slot
+                self.reply(i, bytes(view[start:start + 2]) + tail)
+                continue
+            view[start + 2:start + 2 + len(tail)] = tail
+            sizes[iov_len_at[i]] = len(tail) + 2
+            queued[i] = 1
+        return others
 
     def datagram(self, i: int) -> bytes:
         start = i * DATAGRAM_BYTES
         return bytes(self.inbox.data_view[start:start + self.inbox.u32[self._len_at[i]]])
-
-    def after_id(self, i: int) -> bytes:
-        """Datagram i without its first two bytes (a query's ID): the memo's key."""
-        start = i * DATAGRAM_BYTES
-        return bytes(self.inbox.data_view[start + 2:start + self.inbox.u32[self._len_at[i]]])
 
     def peer(self, i: int) -> Peer:
         """The sender of datagram i, as socket.recvfrom would give it."""
@@ -154,26 +188,24 @@ class Batch:
             with contextlib.suppress(OSError):
                 self.sock.sendto(data, self.peer(i))
             return
-        self._queue(i, 0, data, size)
-
-    def reply_after_id(self, i: int, tail: bytes) -> None:
-        """Queue a reply made of datagram i's first two bytes (its ID) and `tail`."""
-        self._queue(i, 2, tail, len(tail) + 2)
-
-    def _queue(self, i: int, skip: int, data: bytes, size: int) -> None:
-        first, end = self._run
-        if i != end:
-            self.send()
-            first = i
-        start = i * DATAGRAM_BYTES + skip
-        self.outbox.data_view[start:start + len(data)] = data
+        start = i * DATAGRAM_BYTES
+        self.outbox.data_view[start:start + size] = data
         self.outbox.iov_sizes[self._iov_len_at[i]] = size
-        self._run = (first, i + 1)
+        self._queued[i] = 1
 
     def send(self) -> None:
-        """Send the queued replies. Like sendto's, a reply the kernel refuses is dropped."""
-        done, end = self._run
-        self._run = (0, 0)
+        """Send the queued replies, a sendmmsg per run of consecutive slots. Like sendto's,
+        a reply the kernel refuses is dropped."""
+        queued, count = self._queued, self._count
+        first = queued.find(1, 0, count)
+        while first >= 0:
+            end = queued.find(0, first, count)
+            end = count if end < 0 else end
+            self._send_slots(first, end)
+            first = queued.find(1, end, count)
+        queued[:count] = bytes(count)
+
+    def _send_slots(self, done: int, end: int) -> None:
         while done < end:
             sent = self._send(self.fd, self.outbox.address + done * _STRIDE, end - done, 0)
             if sent > 0:
@@ -205,21 +237,28 @@ class OneByOne:
                 continue  # e.g. an ICMP error queued on the socket: not ours to act on
         return len(inbox)
 
+    def answer_known(self, find: Callable[[bytes, float], K | None], now: float,
+                     found: list[K]) -> list[int]:
+        others: list[int] = []
+        for i, (data, peer) in enumerate(self.inbox):
+            known = find(data[2:], now)
+            if known is None:
+                others.append(i)
+                continue
+            with contextlib.suppress(OSError):
+                self.sock.sendto(data[:2] + known.tail, peer)
+            found.append(known)
+        return others
+
     def datagram(self, i: int) -> bytes:
         return self.inbox[i][0]
 
     def peer(self, i: int) -> Peer:
         return self.inbox[i][1]
 
-    def after_id(self, i: int) -> bytes:
-        return self.inbox[i][0][2:]
-
     def reply(self, i: int, data: bytes) -> None:
         with contextlib.suppress(OSError):
             self.sock.sendto(data, self.inbox[i][1])
-
-    def reply_after_id(self, i: int, tail: bytes) -> None:
-        self.reply(i, self.inbox[i][0][:2] + tail)
 
     def send(self) -> None:
         """Replies went out as they came."""

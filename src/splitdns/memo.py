@@ -21,6 +21,8 @@ if TYPE_CHECKING:
     from splitdns.entries import Entry
     from splitdns.resolve import Zone
 
+Tally = tuple["Zone", int, int]  # what a hit counts under: zone, query type, rcode
+
 MEMO_ENTRIES = 4096      # the hot set of a pod; a flood of new names only empties it
 MEMO_QUERY_BYTES = 512   # longer queries (EDNS options) are answered the ordinary way
 
@@ -42,7 +44,7 @@ class Remembered:
         self.offsets = entries.offsets(entry)
         self.span = self.same_ttl_span(now)
         self.tail = tail      # the reply without its ID
-        self.tally = (zone, qtype, tail[1] & 0xF)  # what the hit counts under (metrics)
+        self.tally: Tally = (zone, qtype, tail[1] & 0xF)
 
     def same_ttl_span(self, now: float) -> float:
         """While the entry's age stays below this, `entries.remaining` gives what it gives

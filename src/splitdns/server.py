@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import operator
 import random
 import secrets
 import socket
@@ -26,8 +27,10 @@ import dns.rdatatype
 from splitdns import datagrams, entries, logs, metrics, queries, resolve, tcp, upstream, wire
 from splitdns.config import Block, Config
 from splitdns.entries import Entry
+from splitdns.memo import Remembered, Tally
 from splitdns.probes import UpstreamProbes
 
+_TALLY = operator.attrgetter("tally")
 UDP_BATCHES_PER_WAKEUP = 4  # of datagrams.BATCH each: then the loop's other work gets a turn
 # A burst of clients at once (a herd at expiry) must queue, not drop: the kernel's default
 # of about 200 KiB holds some 200 queries. The kernel caps this at net.core.rmem_max.
@@ -193,13 +196,10 @@ class Server:
             if not count:
                 return
             now = self.clock()
-            hits: list[tuple[resolve.Zone, int, int]] = []
-            for i in range(count):
-                seen = memo.find(batch.after_id(i), now)
-                if seen is not None:
-                    batch.reply_after_id(i, seen.tail)
-                    hits.append(seen.tally)
-                    continue
+            repeats: list[Remembered] = []
+            others = batch.answer_known(memo.find, now, repeats)
+            hits = Counter(map(_TALLY, repeats))
+            for i in others:
                 data = batch.datagram(i)
                 q = wire.parse_query(data)
                 if q is not None and self._answer_hit(q, data, listener, batch, i, hits, now):
@@ -219,7 +219,7 @@ class Server:
 
     def _answer_hit(self, q: wire.Query, data: bytes, listener: Listener,
                     batch: datagrams.Batch | datagrams.OneByOne, i: int,
-                    hits: list[tuple[resolve.Zone, int, int]], now: float) -> bool:
+                    hits: Counter[Tally], now: float) -> bool:
         """The hot path: a fresh cache entry answered from wire bytes. False on a miss.
         The reply is remembered (memo.py) unless the zone logs every query."""
         zone = listener.router.route(q.name)
@@ -233,20 +233,19 @@ class Server:
         if len(out) > q.max_udp:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
         batch.reply(i, out)
-        hits.append((zone, q.qtype, out[3] & 0xF))
+        hits[(zone, q.qtype, out[3] & 0xF)] += 1
         if zone.block.log is not None:
             self._log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
         else:
             listener.router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now)
         return True
 
-    def _count_hits(self, hits: list[tuple[resolve.Zone, int, int]], listener: Listener,
-                    start: float) -> None:
+    def _count_hits(self, hits: Counter[Tally], listener: Listener, start: float) -> None:
         """After the batch went out: each reply waited from the read to the send. Hits of
         one kind (zone, type, rcode) are counted at once: a batch is mostly a few hot names."""
         elapsed = self.clock() - start
         family = listener.family
-        for (zone, qtype, rcode), times in Counter(hits).items():
+        for (zone, qtype, rcode), times in hits.items():
             stats = zone.stats
             stats.cache_hits += times
             stats.answered_alike("udp", family, qtype, rcode, elapsed, times)
