@@ -8,11 +8,15 @@ unanswered (miss) datagrams in a batch.
 from __future__ import annotations
 
 import asyncio
+import ctypes
+import errno
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar
 
 import dns.message
 import dns.rcode
@@ -20,10 +24,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import config, datagrams, server
+from splitdns import config, datagrams, server, wire
 from tests.support.processes import free_port, scripted_upstream
 
 READERS = [datagrams.Batch, datagrams.OneByOne]
+T = TypeVar("T")
 
 
 @contextmanager
@@ -194,3 +199,118 @@ def ask(port: int, name: str, qid: int) -> dns.message.Message:
         s.settimeout(5)
         s.sendto(query.to_wire(), ("127.0.0.1", port))
         return dns.message.from_wire(s.recv(4096))
+
+
+def test_a_receive_error_other_than_eagain_is_raised_not_taken_for_silence() -> None:
+    """Silence would leave the socket readable and the loop spinning on it."""
+    with sockets(socket.AF_INET, 1) as (listener, _):
+        batch = datagrams.Batch(listener)
+        spare = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        batch.fd = spare.fileno()
+        spare.close()  # a descriptor that no longer exists: EBADF, a real recvmmsg error
+        with pytest.raises(OSError) as raised:
+            batch.receive()
+    assert raised.value.errno == errno.EBADF
+
+
+def test_opening_a_batch_leaves_a_waiting_query_queued() -> None:
+    """open_batch checks that recvmmsg works with a peek, which must not eat a query."""
+    with sockets(socket.AF_INET, 1) as (listener, (client,)):
+        client.send(b"early")
+        time.sleep(0.05)
+        reader = datagrams.open_batch(listener)
+        assert isinstance(reader, datagrams.Batch)
+        assert reader.receive() == 1 and reader.datagram(0) == b"early"
+
+
+def serving(port: int, scenario: Callable[[server.Server], Awaitable[T]]) -> T:
+    conf = config.loads(f"example {{\n bind 127.0.0.1\n forward . 127.0.0.1:{port + 1}\n}}\n",
+                        default_port=port)
+
+    async def run() -> T:
+        srv = server.Server(conf)
+        await srv.start()
+        try:
+            return await scenario(srv)
+        finally:
+            srv.close()
+
+    result: T = asyncio.run(asyncio.wait_for(run(), 20))
+    return result
+
+
+def notimp_query(qid: int) -> bytes:
+    query = dns.message.make_query("www.example.", "A")
+    query.id = qid
+    data = bytearray(query.to_wire())
+    data[2] |= 2 << 3  # opcode STATUS: answered NOTIMP at once, no upstream involved
+    return bytes(data)
+
+
+def test_a_failing_recvmmsg_turns_the_listener_to_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A seccomp filter refusing recvmmsg cannot be set up here: the libc call is replaced
+    by one that fails with EPERM, as such a filter would make it."""
+    port = free_port("127.0.0.1")
+
+    def refused(*args: object) -> int:
+        ctypes.set_errno(errno.EPERM)
+        return -1
+
+    async def scenario(srv: server.Server) -> tuple[type, list[bytes | None]]:
+        listener = srv.listeners[0]
+        assert isinstance(listener.batch, datagrams.Batch)
+        monkeypatch.setattr(listener.batch, "_receive", refused)
+        # The failed call took nothing from the socket: the query is read one by one.
+        first = await asyncio.to_thread(ask_raw, port, notimp_query(7), 5)
+        second = await asyncio.to_thread(ask_raw, port, notimp_query(8), 5)
+        return type(listener.batch), [r[:2] if r else None for r in (first, second)]
+
+    kind, ids = serving(port, scenario)
+    assert kind is datagrams.OneByOne and ids == [b"\x00\x07", b"\x00\x08"]
+
+
+def test_an_internal_error_on_one_datagram_loses_only_that_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    port = free_port("127.0.0.1")
+    real = server.Server._answer_hit
+
+    def answer_hit(self: server.Server, q: wire.Query, *args: Any) -> bool:
+        if b"boom" in q.name:
+            raise RuntimeError("a bug of ours")
+        return real(self, q, *args)
+
+    monkeypatch.setattr(server.Server, "_answer_hit", answer_hit)
+    boom = dns.message.make_query("boom.example.", "A").to_wire()
+
+    async def scenario(srv: server.Server) -> tuple[list[bytes | None], int]:
+        listener = srv.listeners[0]
+        clients = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
+        try:
+            for c, data in zip(clients, [notimp_query(1), boom, notimp_query(3)], strict=True):
+                c.sendto(data, ("127.0.0.1", port))
+            srv._udp_readable(listener)  # the three in one batch, before the loop wakes
+            replies = []
+            for c in clients:
+                c.settimeout(0.5)
+                try:
+                    replies.append(c.recv(4096))
+                except TimeoutError:
+                    replies.append(None)
+            return replies, srv.internal_errors
+        finally:
+            for c in clients:
+                c.close()
+
+    replies, errors = serving(port, scenario)
+    assert errors == 1 and replies[1] is None
+    assert [r[:2] if r else None for r in (replies[0], replies[2])] == [b"\x00\x01", b"\x00\x03"]
+    assert all(r is not None and r[3] & 0xF == dns.rcode.NOTIMP for r in (replies[0], replies[2]))
+
+
+def ask_raw(port: int, data: bytes, timeout: float) -> bytes | None:
+    with closing(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as s:
+        s.settimeout(timeout)
+        s.sendto(data, ("127.0.0.1", port))
+        try:
+            return s.recv(4096)
+        except TimeoutError:
+            return None

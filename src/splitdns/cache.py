@@ -65,8 +65,8 @@ class Cache:
         return None
 
     def table_of(self, entry: Entry) -> Mapping[bytes, Entry]:
-        """Where `entry` is while the cache holds it: memo.py checks it there, once a second
-        through `get`."""
+        """Where `entry` is while the cache holds it: memo.py checks it there on every use,
+        and through `get` once a second."""
         return self._success if entries.kind(entry) == SUCCESS else self._denial
 
     def get_stale(self, key: bytes, now: float) -> Entry | None:

@@ -3,9 +3,9 @@
 Under load a cache hit's cost is mostly its two system calls, not Python (py-spy, bench/):
 reading the waiting queries with one recvmmsg and sending their replies with one sendmmsg
 pays the kernel entry once per batch. Python's socket module has neither call, so they go
-through ctypes into libc. Where libc lacks them or the structures are not laid out as
-this module expects, `open_batch` falls back to `OneByOne`: recvfrom and sendto, the same
-interface, the same behaviour.
+through ctypes into libc, with the structures as Linux lays them out (glibc and musl,
+64-bit). Elsewhere, or where the call fails on the socket, `open_batch` falls back to
+`OneByOne`: recvfrom and sendto, the same interface, the same behaviour.
 
 A reply goes back to the sockaddr its query came from without that address becoming a
 Python object: the send header points at the receive header's address buffer. Only a
@@ -17,8 +17,10 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import os
 import socket
 import struct
+import sys
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
@@ -26,6 +28,7 @@ BATCH = 64            # datagrams per system call; dnsperf's 100 in flight fill 
 DATAGRAM_BYTES = 4096  # a query is at most 4096 bytes here, as with recvfrom(4096)
 ADDRESS_BYTES = 28     # sizeof(struct sockaddr_in6), the larger of the two families
 MSG_DONTWAIT = 0x40
+MSG_PEEK = 0x2
 
 Peer = tuple[str, int] | tuple[str, int, int, int]  # as socket.recvfrom gives it
 
@@ -76,8 +79,9 @@ class _Headers:
         self.names: bytearray = replying_to.names if replying_to is not None else \
             bytearray(ADDRESS_BYTES * count)
         iovecs = (_IoVec * count)()
-        data_at = ctypes.addressof((ctypes.c_char * len(self.data)).from_buffer(self.data))
-        names_at = ctypes.addressof((ctypes.c_char * len(self.names)).from_buffer(self.names))
+        data_array = (ctypes.c_char * len(self.data)).from_buffer(self.data)
+        names_array = (ctypes.c_char * len(self.names)).from_buffer(self.names)
+        data_at, names_at = ctypes.addressof(data_array), ctypes.addressof(names_array)
         for i in range(count):
             iovecs[i].iov_base = data_at + i * DATAGRAM_BYTES
             iovecs[i].iov_len = DATAGRAM_BYTES
@@ -88,7 +92,9 @@ class _Headers:
             hdr.msg_namelen = namelen
             hdr.msg_iov = ctypes.addressof(iovecs) + i * ctypes.sizeof(_IoVec)
             hdr.msg_iovlen = 1
-        self._keep = (headers, iovecs)  # the kernel reads these through raw addresses
+        # The kernel reads these through raw addresses; the exported views also pin the
+        # bytearrays against resizing.
+        self._keep = (headers, iovecs, data_array, names_array)
         self.address = ctypes.addressof(headers)
         self.u32 = memoryview(self.raw).cast("I")
         self.iov_sizes = memoryview(iovecs).cast("B").cast("L")
@@ -145,8 +151,16 @@ class Batch:
         Send the replies to the previous ones first: their addresses are about to go."""
         self.send()
         got = self._receive(self.fd, self.inbox.address, self.size, MSG_DONTWAIT, None)
-        self._count = max(got, 0)  # -1: EAGAIN, or an error queued on the socket, not ours
-        return self._count
+        if got < 0:
+            self._count = 0
+            code = ctypes.get_errno()
+            if code in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+                return 0
+            # Not "nothing waiting": left alone, the socket would stay readable and the loop
+            # spin. The caller reads one by one from now on.
+            raise OSError(code, f"recvmmsg: {os.strerror(code)}")
+        self._count = got
+        return got
 
     def answer_known(self, find: Callable[[bytes, float], K | None], now: float,
                      found: list[K]) -> list[int]:
@@ -212,6 +226,8 @@ class Batch:
                 done += sent
             elif sent < 0 and ctypes.get_errno() in (errno.EAGAIN, errno.EWOULDBLOCK):
                 return  # the send buffer is full: the rest are lost, as with sendto
+            elif sent < 0 and ctypes.get_errno() == errno.EINTR:
+                continue
             else:
                 done += 1  # this one failed (e.g. a vanished client); the next may not
 
@@ -265,9 +281,17 @@ class OneByOne:
 
 
 def open_batch(sock: socket.socket, size: int = BATCH) -> Batch | OneByOne:
-    if _CALLS is None or not _layout_fits():
+    """A `Batch` where recvmmsg works on this socket (Linux, the layout above, no seccomp
+    filter refusing it), else `OneByOne`. `sock` must be non-blocking."""
+    if _CALLS is None or not sys.platform.startswith("linux") or not _layout_fits():
         return OneByOne(sock, size)
-    return Batch(sock, size)
+    batch = Batch(sock, size)
+    # A peek at one datagram: EAGAIN (or one waiting) says the call works; a waiting
+    # query stays queued for the loop.
+    got = batch._receive(batch.fd, batch.inbox.address, 1, MSG_DONTWAIT | MSG_PEEK, None)
+    if got < 0 and ctypes.get_errno() not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+        return OneByOne(sock, size)
+    return batch
 
 
 def _sockaddr(raw: bytes) -> Peer:

@@ -192,29 +192,45 @@ class Server:
         """One batch per wakeup (datagrams.BATCH): then the loop's other work gets a turn,
         also when every datagram takes the slow path (garbage, misses)."""
         batch = listener.batch
-        assert batch is not None
-        count = batch.receive()
+        assert batch is not None and listener.udp is not None
+        try:
+            count = batch.receive()
+        except OSError as err:
+            logs.error(f"{listener.label}: {err.strerror}; reading one datagram at a time from now on")
+            listener.batch = datagrams.OneByOne(listener.udp)
+            return
         if not count:
             return
         now = self.clock()
         repeats: list[Remembered] = []
-        others = batch.answer_known(listener.router.memo.find, now, repeats)
-        hits = Counter(map(_TALLY, repeats))
-        for i in others:
-            data = batch.datagram(i)
-            q = wire.parse_query(data)
-            if q is not None and self._answer_hit(q, data, listener, batch, i, hits, now):
-                continue
-            verdict = queries.read(data) if q is None else q
-            if verdict is None:
-                continue
-            if isinstance(verdict, bytes):
-                batch.reply(i, verdict)
-                continue
-            self._spawn(self._resolve_udp(verdict, listener, batch.peer(i), len(data)))
-        batch.send()
-        if hits:
-            self._count_hits(hits, listener, now)
+        hits: Counter[Tally] = Counter()
+        try:
+            others = batch.answer_known(listener.router.memo.find, now, repeats)
+            hits.update(map(_TALLY, repeats))
+            for i in others:
+                try:
+                    self._udp_datagram(listener, batch, i, hits, now)
+                except Exception as err:  # our own bug: lose this datagram, not the batch
+                    self._internal_error(err)
+        finally:
+            batch.send()
+            if hits:
+                self._count_hits(hits, listener, now)
+
+    def _udp_datagram(self, listener: Listener, batch: datagrams.Batch | datagrams.OneByOne,
+                      i: int, hits: Counter[Tally], now: float) -> None:
+        """A datagram the memo did not know: a hit rendered anew, an error reply, or a miss."""
+        data = batch.datagram(i)
+        q = wire.parse_query(data)
+        if q is not None and self._answer_hit(q, data, listener, batch, i, hits, now):
+            return
+        verdict = queries.read(data) if q is None else q
+        if verdict is None:
+            return
+        if isinstance(verdict, bytes):
+            batch.reply(i, verdict)
+            return
+        self._spawn(self._resolve_udp(verdict, listener, batch.peer(i), len(data)))
 
     def _answer_hit(self, q: wire.Query, data: bytes, listener: Listener,
                     batch: datagrams.Batch | datagrams.OneByOne, i: int,
@@ -273,9 +289,12 @@ class Server:
         try:
             return await self._resolve(q, listener)
         except Exception as err:  # our own bug: the client still gets an answer, we a log line
-            self.internal_errors += 1
-            logs.error(f"internal error while resolving: {err!r}")
+            self._internal_error(err)
             return wire.error_reply(q, dns.rcode.SERVFAIL), None
+
+    def _internal_error(self, err: BaseException) -> None:
+        self.internal_errors += 1
+        logs.error(f"internal error while resolving: {err!r}")
 
     async def _resolve(self, q: wire.Query, listener: Listener) -> tuple[bytes, resolve.Zone | None]:
         zone = listener.router.route(q.name)
