@@ -202,23 +202,23 @@ class Server:
         if not count:
             return
         now = self.clock()
-        repeats: list[Remembered] = []
-        hits: Counter[Tally] = Counter()
+        repeats: list[Remembered] = []  # memo hits
+        rendered: list[Tally] = []  # cache hits rendered anew
         try:
-            others = batch.answer_known(listener.router.memo.find, now, repeats)
-            hits.update(map(_TALLY, repeats))
-            for i in others:
+            for i in batch.answer_known(listener.router.memo.find, now, repeats):
                 try:
-                    self._udp_datagram(listener, batch, i, hits, now)
+                    self._udp_datagram(listener, batch, i, rendered, now)
                 except Exception as err:  # our own bug: lose this datagram, not the batch
                     self._internal_error(err)
         finally:
-            batch.send()
-            if hits:
+            batch.send()  # the replies first, the bookkeeping after
+            if repeats or rendered:
+                hits = Counter(map(_TALLY, repeats))
+                hits.update(rendered)
                 self._count_hits(hits, listener, now)
 
     def _udp_datagram(self, listener: Listener, batch: datagrams.Batch | datagrams.OneByOne,
-                      i: int, hits: Counter[Tally], now: float) -> None:
+                      i: int, hits: list[Tally], now: float) -> None:
         """A datagram the memo did not know: a hit rendered anew, an error reply, or a miss."""
         data = batch.datagram(i)
         q = wire.parse_query(data)
@@ -234,7 +234,7 @@ class Server:
 
     def _answer_hit(self, q: wire.Query, data: bytes, listener: Listener,
                     batch: datagrams.Batch | datagrams.OneByOne, i: int,
-                    hits: Counter[Tally], now: float) -> bool:
+                    hits: list[Tally], now: float) -> bool:
         """The hot path: a fresh cache entry answered from wire bytes. False on a miss.
         The reply is remembered (memo.py) unless the zone logs every query."""
         zone = listener.router.route(q.name)
@@ -248,7 +248,7 @@ class Server:
         if len(out) > q.max_udp:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
         batch.reply(i, out)
-        hits[(zone, q.qtype, out[3] & 0xF)] += 1
+        hits.append((zone, q.qtype, out[3] & 0xF))
         if zone.block.log is not None:
             self._log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
         else:
