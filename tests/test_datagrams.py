@@ -25,6 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splitdns import config, datagrams, server, wire
+from tests.support.hostile import ask_udp
 from tests.support.processes import free_port, scripted_upstream
 
 READERS = [datagrams.Batch, datagrams.OneByOne]
@@ -174,18 +175,13 @@ def test_the_server_answers_through_the_fallback_reader(tmp_path: Path,
         conf = config.loads(f". {{\n bind 127.0.0.1\n cache 30\n forward . {up.addr}:{up.port}\n}}\n",
                             default_port=port)
 
-        async def scenario() -> tuple[list[dns.message.Message], tuple[int, int]]:
-            srv = server.Server(conf)
-            await srv.start()
+        async def scenario(srv: server.Server) -> tuple[list[dns.message.Message], tuple[int, int]]:
             assert isinstance(srv.listeners[0].batch, datagrams.OneByOne)
-            try:
-                replies = [await asyncio.to_thread(ask, port, "www.example.", qid) for qid in (1, 2, 3)]
-                stats = next(iter(srv.zones.values())).stats
-                return replies, (stats.cache_misses, stats.cache_hits)
-            finally:
-                srv.close()
+            replies = [await asyncio.to_thread(ask, port, "www.example.", qid) for qid in (1, 2, 3)]
+            stats = next(iter(srv.zones.values())).stats
+            return replies, (stats.cache_misses, stats.cache_hits)
 
-        replies, (misses, hits) = asyncio.run(asyncio.wait_for(scenario(), 20))
+        replies, (misses, hits) = serving(conf, scenario)
     assert [r.id for r in replies] == [1, 2, 3]
     assert all(r.rcode() == dns.rcode.NOERROR for r in replies)
     assert all(r.answer[0][0].address == "192.0.2.7" for r in replies)
@@ -223,9 +219,8 @@ def test_opening_a_batch_leaves_a_waiting_query_queued() -> None:
         assert reader.receive() == 1 and reader.datagram(0) == b"early"
 
 
-def serving(port: int, scenario: Callable[[server.Server], Awaitable[T]]) -> T:
-    conf = config.loads(f"example {{\n bind 127.0.0.1\n forward . 127.0.0.1:{port + 1}\n}}\n",
-                        default_port=port)
+def serving(conf: config.Config, scenario: Callable[[server.Server], Awaitable[T]]) -> T:
+    """`scenario` against a started in-process server, closed after, within 20 s."""
 
     async def run() -> T:
         srv = server.Server(conf)
@@ -237,6 +232,12 @@ def serving(port: int, scenario: Callable[[server.Server], Awaitable[T]]) -> T:
 
     result: T = asyncio.run(asyncio.wait_for(run(), 20))
     return result
+
+
+def upstreamless(port: int) -> config.Config:
+    """A block whose upstream is never asked: the queries below are answered locally."""
+    return config.loads(f"example {{\n bind 127.0.0.1\n forward . 127.0.0.1:{port + 1}\n}}\n",
+                        default_port=port)
 
 
 def notimp_query(qid: int) -> bytes:
@@ -261,11 +262,11 @@ def test_a_failing_recvmmsg_turns_the_listener_to_one_by_one(monkeypatch: pytest
         assert isinstance(listener.batch, datagrams.Batch)
         monkeypatch.setattr(listener.batch, "_receive", refused)
         # The failed call took nothing from the socket: the query is read one by one.
-        first = await asyncio.to_thread(ask_raw, port, notimp_query(7), 5)
-        second = await asyncio.to_thread(ask_raw, port, notimp_query(8), 5)
+        first, _ = await asyncio.to_thread(ask_udp, port, notimp_query(7), 5)
+        second, _ = await asyncio.to_thread(ask_udp, port, notimp_query(8), 5)
         return type(listener.batch), [r[:2] if r else None for r in (first, second)]
 
-    kind, ids = serving(port, scenario)
+    kind, ids = serving(upstreamless(port), scenario)
     assert kind is datagrams.OneByOne and ids == [b"\x00\x07", b"\x00\x08"]
 
 
@@ -300,17 +301,8 @@ def test_an_internal_error_on_one_datagram_loses_only_that_one(monkeypatch: pyte
             for c in clients:
                 c.close()
 
-    replies, errors = serving(port, scenario)
+    replies, errors = serving(upstreamless(port), scenario)
     assert errors == 1 and replies[1] is None
     assert [r[:2] if r else None for r in (replies[0], replies[2])] == [b"\x00\x01", b"\x00\x03"]
     assert all(r is not None and r[3] & 0xF == dns.rcode.NOTIMP for r in (replies[0], replies[2]))
 
-
-def ask_raw(port: int, data: bytes, timeout: float) -> bytes | None:
-    with closing(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as s:
-        s.settimeout(timeout)
-        s.sendto(data, ("127.0.0.1", port))
-        try:
-            return s.recv(4096)
-        except TimeoutError:
-            return None
