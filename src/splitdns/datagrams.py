@@ -29,6 +29,7 @@ DATAGRAM_BYTES = 4096  # a query is at most 4096 bytes here, as with recvfrom(40
 ADDRESS_BYTES = 28     # sizeof(struct sockaddr_in6), the larger of the two families
 MSG_DONTWAIT = 0x40
 MSG_PEEK = 0x2
+NOTHING_WAITING = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)  # a receive that found nothing
 
 Peer = tuple[str, int] | tuple[str, int, int, int]  # as socket.recvfrom gives it
 
@@ -154,7 +155,7 @@ class Batch:
         if got < 0:
             self._count = 0
             code = ctypes.get_errno()
-            if code in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+            if code in NOTHING_WAITING:
                 return 0
             # Not "nothing waiting": left alone, the socket would stay readable and the loop
             # spin. The caller reads one by one from now on.
@@ -289,7 +290,7 @@ def open_batch(sock: socket.socket, size: int = BATCH) -> Batch | OneByOne:
     # A peek at one datagram: EAGAIN (or one waiting) says the call works; a waiting
     # query stays queued for the loop.
     got = batch._receive(batch.fd, batch.inbox.address, 1, MSG_DONTWAIT | MSG_PEEK, None)
-    if got < 0 and ctypes.get_errno() not in (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR):
+    if got < 0 and ctypes.get_errno() not in NOTHING_WAITING:
         return OneByOne(sock, size)
     return batch
 
