@@ -209,6 +209,29 @@ def test_a_receive_error_other_than_eagain_is_raised_not_taken_for_silence() -> 
     assert raised.value.errno == errno.EBADF
 
 
+
+def test_sendmmsg_interrupted_without_end_gives_up_after_a_bound() -> None:
+    """EINTR is retried, but a signal storm must not hold the loop: after MAX_INTERRUPTED
+    retries the replies are dropped one per call, as a failed send is."""
+    with sockets(socket.AF_INET, 3) as (listener, senders):
+        for s in senders:
+            s.send(b"query")
+        time.sleep(0.05)
+        batch = datagrams.Batch(listener)
+        assert batch.receive() == 3
+        for i in range(3):
+            batch.reply(i, b"reply")
+        calls = []
+
+        def interrupted(*args: object) -> int:
+            calls.append(args)
+            ctypes.set_errno(errno.EINTR)
+            return -1
+
+        batch._send = interrupted
+        batch.send()
+    assert len(calls) == datagrams.MAX_INTERRUPTED + 3
+
 def test_opening_a_batch_leaves_a_waiting_query_queued() -> None:
     """open_batch checks that recvmmsg works with a peek, which must not eat a query."""
     with sockets(socket.AF_INET, 1) as (listener, (client,)):

@@ -29,6 +29,7 @@ DATAGRAM_BYTES = 4096  # a query is at most 4096 bytes here, as with recvfrom(40
 ADDRESS_BYTES = 28     # sizeof(struct sockaddr_in6), the larger of the two families
 MSG_DONTWAIT = 0x40
 MSG_PEEK = 0x2
+MAX_INTERRUPTED = 8  # sendmmsg retries after EINTR per run: a signal storm must not hold the loop
 NOTHING_WAITING = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)  # a receive that found nothing
 
 Peer = tuple[str, int] | tuple[str, int, int, int]  # as socket.recvfrom gives it
@@ -221,16 +222,19 @@ class Batch:
         queued[:count] = bytes(count)
 
     def _send_slots(self, done: int, end: int) -> None:
+        interrupted = 0
         while done < end:
             sent = self._send(self.fd, self.outbox.address + done * _STRIDE, end - done, 0)
             if sent > 0:
                 done += sent
-            elif sent < 0 and ctypes.get_errno() in (errno.EAGAIN, errno.EWOULDBLOCK):
-                return  # the send buffer is full: the rest are lost, as with sendto
-            elif sent < 0 and ctypes.get_errno() == errno.EINTR:
                 continue
-            else:
-                done += 1  # this one failed (e.g. a vanished client); the next may not
+            code = ctypes.get_errno() if sent < 0 else 0
+            if code in (errno.EAGAIN, errno.EWOULDBLOCK):
+                return  # the send buffer is full: the rest are lost, as with sendto
+            if code == errno.EINTR and interrupted < MAX_INTERRUPTED:
+                interrupted += 1
+                continue
+            done += 1  # this one failed (e.g. a vanished client); the next may not
 
 
 class OneByOne:
