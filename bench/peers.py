@@ -189,6 +189,13 @@ setSecurityPollSuffix("")
                 note="packet cache of 200k entries allocated at start; listener + responder threads")
 
 
+def python_floor(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
+    return Spec("python-floor", addr, port,
+                (sys.executable, str(Path(__file__).with_name("floor.py")), addr, str(port), upstream),
+                note="not a resolver: bench/floor.py, a bare Python loop on uvloop (a dict of "
+                     "replies, a fresh socket per miss, no checks); the floor of CPython here")
+
+
 Factory = Callable[[Path, str, int, str], Spec]
 
 # name, address, factory: the order of the round. splitdns first, so every peer's ratio has
@@ -196,6 +203,7 @@ Factory = Callable[[Path, str, int, str], Spec]
 PEERS: tuple[tuple[str, str, Factory], ...] = (
     ("splitdns", "127.0.0.10", splitdns),
     ("unbound-1t", "127.0.0.11", unbound),
+    ("python-floor", "127.0.0.15", python_floor),
     ("dnsmasq", "127.0.0.12", dnsmasq),
     ("dnsdist", "127.0.0.13", dnsdist),
     ("coredns", "127.0.0.14", coredns),

@@ -7,13 +7,19 @@ from __future__ import annotations
 
 import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import dns.exception
+import dns.message
+import dns.query
+import dns.rcode
 import pytest
-from bench import measure, peers, report
+from bench import floor, measure, peers, report
 
-NSD_ADDR, SPLITDNS_ADDR = "127.0.0.2", "127.0.0.10"
+NSD_ADDR, SPLITDNS_ADDR, FLOOR_ADDR = "127.0.0.2", "127.0.0.10", "127.0.0.15"
 
 pytestmark = pytest.mark.skipif(
     not all(shutil.which(b) for b in ("dnsperf", "nsd", "taskset")),
@@ -35,22 +41,29 @@ def _free_port(addr: str) -> int:
 
 
 @pytest.fixture
-def servers(tmp_path: Path) -> Iterator[tuple[peers.Process, peers.Process]]:
-    """NSD and splitdns with a tiny cache in front of it, both answering; stopped afterwards."""
+def upstream(tmp_path: Path) -> Iterator[peers.Process]:
+    """NSD serving the benchmark's zone; stopped afterwards."""
     up = peers.start(peers.nsd(tmp_path, _free_port(NSD_ADDR), NSD_ADDR), tmp_path, None)
-    started = [up]
     try:
         peers.wait_serving(up, tmp_path)
-        target = f"{up.spec.addr}:{up.spec.port}"
-        spec = peers.splitdns(tmp_path, SPLITDNS_ADDR, _free_port(SPLITDNS_ADDR), target, cache=1024)
-        proc = peers.start(spec, tmp_path, None)
-        started.append(proc)
-        peers.wait_serving(proc, tmp_path)
-        yield up, proc
+        yield up
     finally:
-        for p in reversed(started):
-            p.stop()
-    assert not any(p.alive() for p in started)
+        up.stop()
+    assert not up.alive()
+
+
+@pytest.fixture
+def servers(upstream: peers.Process, tmp_path: Path) -> Iterator[tuple[peers.Process, peers.Process]]:
+    """NSD and splitdns with a tiny cache in front of it, both answering; stopped afterwards."""
+    target = f"{upstream.spec.addr}:{upstream.spec.port}"
+    spec = peers.splitdns(tmp_path, SPLITDNS_ADDR, _free_port(SPLITDNS_ADDR), target, cache=1024)
+    proc = peers.start(spec, tmp_path, None)
+    try:
+        peers.wait_serving(proc, tmp_path)
+        yield upstream, proc
+    finally:
+        proc.stop()
+    assert not proc.alive()
 
 
 def test_dnsperf_against_splitdns_is_parsed_and_reported(
@@ -87,11 +100,51 @@ def test_dnsperf_against_splitdns_is_parsed_and_reported(
         results.record("splitdns", round_no, "hit_p99", p99)
         results.record("splitdns", round_no, "rss_idle", rss)
         results.record("unbound-1t", round_no, "hit_qps", res.qps * 2)
+        results.record("python-floor", round_no, "hit_qps", res.qps * 1.5)
     results.fail("dnsdist", 0, "not installed")
     text = report.markdown(results)
     assert "## Throughput" in text and "## The issue's targets" in text
     assert "| unbound-1t | 2.00 [2.00–2.00] |" in text  # per-round ratios to splitdns
+    assert "| python-floor | 1.50 [1.50–1.50] |" in text
+    # the floor is judged against the targets too: 1.5 / 2 of Unbound's hits misses ">= 1"
+    assert "| 0.50 [0.50–0.50] | no | 0.75 [0.75–0.75]: no |" in text
     assert "dnsdist: round 1: not installed" in text
     md, _ = report.write(results, tmp_path / "out")
     assert md.read_text() == report.markdown(results, "results.png" if (tmp_path / "out" / "results.png")
                                              .exists() else None)
+
+
+def test_python_floor_relays_misses_and_answers_repeats_from_its_table(
+        upstream: peers.Process, tmp_path: Path) -> None:
+    """bench/floor.py is a real server: a miss goes to NSD, a repeat is answered without it."""
+    target = f"{upstream.spec.addr}:{upstream.spec.port}"
+    spec = peers.python_floor(tmp_path, FLOOR_ADDR, _free_port(FLOOR_ADDR), target)
+    proc = peers.start(spec, tmp_path, None)
+    try:
+        peers.wait_serving(proc, tmp_path)
+        assert measure.check_answers(spec.addr, spec.port, ["seen.bench.test"]) == []
+        query = dns.message.make_query("seen.bench.test", "A")
+        query.id = 4242
+        first = dns.query.udp(query, spec.addr, port=spec.port, timeout=2.0)
+        assert first.id == 4242 and first.rcode() == dns.rcode.NOERROR
+        assert first.answer[0][0].address == "192.0.2.1"  # the wildcard of peers.ZONE_FILE
+
+        upstream.stop()  # from now on only the table can answer
+        query.id = 777
+        again = dns.query.udp(query, spec.addr, port=spec.port, timeout=2.0)
+        assert again.id == 777 and again.answer == first.answer
+        with pytest.raises(dns.exception.Timeout):
+            dns.query.udp(dns.message.make_query("unseen.bench.test", "A"), spec.addr,
+                          port=spec.port, timeout=0.5)
+        assert proc.alive()
+    finally:
+        proc.stop()
+    assert not proc.alive()
+
+
+def test_python_floor_refuses_an_address_off_loopback(tmp_path: Path) -> None:
+    with pytest.raises(peers.StartError, match="not a loopback address"):
+        peers.start(peers.python_floor(tmp_path, "192.0.2.7", 53, "127.0.0.2:53"), tmp_path, None)
+    done = subprocess.run([sys.executable, str(Path(floor.__file__)), "127.0.0.1", "1",
+                           "192.0.2.8:53"], capture_output=True, text=True, timeout=30, check=False)
+    assert done.returncode != 0 and "192.0.2.8 is not a loopback address" in done.stderr
