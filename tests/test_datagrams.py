@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import config, datagrams, server, wire
+from splitdns import config, datagrams, metrics, server, wire
 from tests.support.hostile import ask_udp
 from tests.support.processes import free_port, scripted_upstream
 
@@ -188,8 +188,8 @@ def test_the_server_answers_through_the_fallback_reader(tmp_path: Path,
     assert (misses, hits) == (1, 2)
 
 
-def ask(port: int, name: str, qid: int) -> dns.message.Message:
-    query = dns.message.make_query(name, "A")
+def ask(port: int, name: str, qid: int, qtype: str = "A") -> dns.message.Message:
+    query = dns.message.make_query(name, qtype)
     query.id = qid
     with closing(socket.socket(socket.AF_INET, socket.SOCK_DGRAM)) as s:
         s.settimeout(5)
@@ -329,3 +329,44 @@ def test_an_internal_error_on_one_datagram_loses_only_that_one(monkeypatch: pyte
     assert [r[:2] if r else None for r in (replies[0], replies[2])] == [b"\x00\x01", b"\x00\x03"]
     assert all(r is not None and r[3] & 0xF == dns.rcode.NOTIMP for r in (replies[0], replies[2]))
 
+
+
+def test_hits_are_counted_by_kind_in_a_batch_of_one_and_of_many(tmp_path: Path) -> None:
+    """A single hit skips the per-kind tally (the usual batch at a pod's rates); a batch
+    mixing kinds counts each kind. Every reply is counted once, either way."""
+    rules = [{"suffix": ".", "qtype": "A", "records": ["{qname} 300 IN A 192.0.2.7"]},
+             {"suffix": ".", "qtype": "AAAA", "records": ["{qname} 300 IN AAAA 2001:db8::7"]}]
+    with scripted_upstream(tmp_path, rules) as up:
+        port = free_port("127.0.0.1")
+        conf = config.loads(f". {{\n bind 127.0.0.1\n cache 30\n forward . {up.addr}:{up.port}\n}}\n",
+                            default_port=port)
+
+        async def scenario(srv: server.Server) -> tuple[list[int], object]:
+            for qtype in ("A", "AAAA"):  # the two misses fill the cache
+                await asyncio.to_thread(ask, port, "www.example.", 1, qtype)
+            for qid in (2, 3):  # alone: rendered from the cache, then from the memo
+                await asyncio.to_thread(ask, port, "www.example.", qid, "A")
+            clients = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(5)]
+            try:
+                kinds = ["A", "A", "A", "AAAA", "AAAA"]
+                for qid, (c, qtype) in enumerate(zip(clients, kinds, strict=True)):
+                    query = dns.message.make_query("www.example.", qtype)
+                    query.id = 10 + qid
+                    c.sendto(query.to_wire(), ("127.0.0.1", port))
+                srv._udp_readable(srv.listeners[0])  # the five in one batch
+                ids = []
+                for c in clients:
+                    c.settimeout(2)
+                    ids.append(dns.message.from_wire(c.recv(4096)).id)
+            finally:
+                for c in clients:
+                    c.close()
+            return ids, next(iter(srv.zones.values())).stats
+
+        ids, stats = serving(conf, scenario)
+    assert ids == [10, 11, 12, 13, 14]
+    assert isinstance(stats, metrics.ZoneStats)
+    assert (stats.cache_misses, stats.cache_hits) == (2, 7)
+    assert dict(stats.requests) == {("udp", "1", "A"): 6, ("udp", "1", "AAAA"): 3}
+    assert (stats.durations["A"].total, stats.durations["AAAA"].total) == (6, 3)
+    assert dict(stats.responses) == {"NOERROR": 9}
