@@ -156,8 +156,7 @@ class Batch:
     def receive(self) -> int:
         """Read what is waiting, up to `size` datagrams, without blocking; their number.
         Send the replies to the previous ones first: their addresses are about to go."""
-        if self._unsent:
-            self.send()
+        self.send()
         got = self._receive(self.fd, self._inbox_at, self.size, MSG_DONTWAIT, None)
         if got < 0:
             self._count = 0
