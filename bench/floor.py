@@ -13,7 +13,7 @@ merging of duplicates, no retry, no truncation, no TCP, no metrics, no logs.
 
 So splitdns ÷ floor is the price of doing the job correctly in Python, and floor ÷ Unbound
 says whether a target is reachable in CPython on this machine at all (bench/README.md).
-Loopback only: the harness checks every address it is given.
+Loopback only: it refuses any other address, as the harness does before starting it.
 """
 
 from __future__ import annotations

@@ -172,8 +172,7 @@ def test_the_server_answers_through_the_fallback_reader(tmp_path: Path,
     rules = [{"suffix": ".", "qtype": "A", "records": ["{qname} 300 IN A 192.0.2.7"]}]
     with scripted_upstream(tmp_path, rules) as up:
         port = free_port("127.0.0.1")
-        conf = config.loads(f". {{\n bind 127.0.0.1\n cache 30\n forward . {up.addr}:{up.port}\n}}\n",
-                            default_port=port)
+        conf = cached_forward(port, up.addr, up.port)
 
         async def scenario(srv: server.Server) -> tuple[list[dns.message.Message], tuple[int, int]]:
             assert isinstance(srv.listeners[0].batch, datagrams.OneByOne)
@@ -209,7 +208,6 @@ def test_a_receive_error_other_than_eagain_is_raised_not_taken_for_silence() -> 
     assert raised.value.errno == errno.EBADF
 
 
-
 def test_sendmmsg_interrupted_without_end_gives_up_after_a_bound() -> None:
     """EINTR is retried, but a signal storm must not hold the loop: after MAX_INTERRUPTED
     retries the replies are dropped one per call, as a failed send is."""
@@ -231,6 +229,7 @@ def test_sendmmsg_interrupted_without_end_gives_up_after_a_bound() -> None:
         batch._send = interrupted
         batch.send()
     assert len(calls) == datagrams.MAX_INTERRUPTED + 3
+
 
 def test_opening_a_batch_leaves_a_waiting_query_queued() -> None:
     """open_batch checks that recvmmsg works with a peek, which must not eat a query."""
@@ -255,6 +254,12 @@ def serving(conf: config.Config, scenario: Callable[[server.Server], Awaitable[T
 
     result: T = asyncio.run(asyncio.wait_for(run(), 20))
     return result
+
+
+def cached_forward(port: int, up_addr: str, up_port: int) -> config.Config:
+    """A cache in front of one upstream: the first ask is a miss, repeats are hits."""
+    return config.loads(f". {{\n bind 127.0.0.1\n cache 30\n forward . {up_addr}:{up_port}\n}}\n",
+                        default_port=port)
 
 
 def upstreamless(port: int) -> config.Config:
@@ -330,7 +335,6 @@ def test_an_internal_error_on_one_datagram_loses_only_that_one(monkeypatch: pyte
     assert all(r is not None and r[3] & 0xF == dns.rcode.NOTIMP for r in (replies[0], replies[2]))
 
 
-
 def test_hits_are_counted_by_kind_in_a_batch_of_one_and_of_many(tmp_path: Path) -> None:
     """A single hit skips the per-kind tally (the usual batch at a pod's rates); a batch
     mixing kinds counts each kind. Every reply is counted once, either way."""
@@ -338,8 +342,7 @@ def test_hits_are_counted_by_kind_in_a_batch_of_one_and_of_many(tmp_path: Path) 
              {"suffix": ".", "qtype": "AAAA", "records": ["{qname} 300 IN AAAA 2001:db8::7"]}]
     with scripted_upstream(tmp_path, rules) as up:
         port = free_port("127.0.0.1")
-        conf = config.loads(f". {{\n bind 127.0.0.1\n cache 30\n forward . {up.addr}:{up.port}\n}}\n",
-                            default_port=port)
+        conf = cached_forward(port, up.addr, up.port)
 
         async def scenario(srv: server.Server) -> tuple[list[int], object]:
             for qtype in ("A", "AAAA"):  # the two misses fill the cache
