@@ -24,7 +24,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import config, datagrams, metrics, server, wire
+from splitdns import config, datagrams, metrics, resolve, server, wire
 from tests.support.hostile import ask_udp
 from tests.support.processes import free_port, scripted_upstream
 
@@ -241,11 +241,12 @@ def test_opening_a_batch_leaves_a_waiting_query_queued() -> None:
         assert reader.receive() == 1 and reader.datagram(0) == b"early"
 
 
-def serving(conf: config.Config, scenario: Callable[[server.Server], Awaitable[T]]) -> T:
+def serving(conf: config.Config, scenario: Callable[[server.Server], Awaitable[T]],
+            clock: Callable[[], float] = time.monotonic) -> T:
     """`scenario` against a started in-process server, closed after, within 20 s."""
 
     async def run() -> T:
-        srv = server.Server(conf)
+        srv = server.Server(conf, clock=clock)
         await srv.start()
         try:
             return await scenario(srv)
@@ -289,6 +290,7 @@ def test_a_failing_recvmmsg_turns_the_listener_to_one_by_one(monkeypatch: pytest
         listener = srv.listeners[0]
         assert isinstance(listener.batch, datagrams.Batch)
         monkeypatch.setattr(listener.batch, "_receive", refused)
+        listener.last_count = datagrams.BATCH  # as after a full read: the next is a batch
         # The failed call took nothing from the socket: the query is read one by one.
         first, _ = await asyncio.to_thread(ask_udp, port, notimp_query(7), 5)
         second, _ = await asyncio.to_thread(ask_udp, port, notimp_query(8), 5)
@@ -316,6 +318,7 @@ def test_an_internal_error_on_one_datagram_loses_only_that_one(monkeypatch: pyte
         try:
             for c, data in zip(clients, [notimp_query(1), boom, notimp_query(3)], strict=True):
                 c.sendto(data, ("127.0.0.1", port))
+            listener.last_count = datagrams.BATCH  # as after a full read: the next is a batch
             srv._udp_readable(listener)  # the three in one batch, before the loop wakes
             replies = []
             for c in clients:
@@ -356,6 +359,7 @@ def test_hits_are_counted_by_kind_in_a_batch_of_one_and_of_many(tmp_path: Path) 
                     query = dns.message.make_query("www.example.", qtype)
                     query.id = 10 + qid
                     c.sendto(query.to_wire(), ("127.0.0.1", port))
+                srv.listeners[0].last_count = datagrams.BATCH  # as after a full read
                 srv._udp_readable(srv.listeners[0])  # the five in one batch
                 ids = []
                 for c in clients:
@@ -373,3 +377,67 @@ def test_hits_are_counted_by_kind_in_a_batch_of_one_and_of_many(tmp_path: Path) 
     assert dict(stats.requests) == {("udp", "1", "A"): 6, ("udp", "1", "AAAA"): 3}
     assert (stats.durations["A"].total, stats.durations["AAAA"].total) == (6, 3)
     assert dict(stats.responses) == {"NOERROR": 9}
+
+
+def test_reads_far_apart_take_one_datagram_and_close_ones_a_batch() -> None:
+    """Listener.reader's rule alone: a read long after one that found a single datagram is a
+    pod's pace (recvfrom); a read soon after the last, or after one that found several, a
+    queue (recvmmsg)."""
+    with sockets(socket.AF_INET, 0) as (sock, _):
+        listener = server.Listener("127.0.0.1", 0, resolve.Router([]))
+        listener.batch, listener.single = datagrams.open_batch(sock), datagrams.OneByOne(sock, 1)
+        gap = server.QUIET_GAP
+        reads = [(10.0, 1), (10.0 + 10 * gap, 1), (10.0 + 10.2 * gap, 4), (20.0, 1), (30.0, 0),
+                 (30.0 + gap / 2, 1)]
+        alone = []
+        for now, found in reads:
+            alone.append(listener.reader(now) is listener.single)
+            listener.last_count = found
+    assert alone == [True, True, False, False, True, False]
+
+
+def test_the_server_reads_a_lone_query_alone_and_the_queue_behind_it_as_a_batch(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real sockets, a clock the test moves: the first wakeup after a quiet second reads one
+    query by recvfrom; the next, right behind it, finds two waiting and reads them together.
+    Each of the three replies reaches its sender."""
+    port = free_port("127.0.0.1")
+    now = [100.0]
+    reads: dict[str, list[int]] = {"single": [], "batch": []}
+
+    def counting(name: str, receive: Callable[[], int]) -> Callable[[], int]:
+        def counted() -> int:
+            got = receive()
+            reads[name].append(got)
+            return got
+        return counted
+
+    async def scenario(srv: server.Server) -> list[bytes | None]:
+        listener = srv.listeners[0]
+        for name in reads:
+            reader = getattr(listener, name)
+            monkeypatch.setattr(reader, "receive", counting(name, reader.receive))
+        clients = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
+        try:
+            for qid, c in enumerate(clients, 1):
+                c.sendto(notimp_query(qid), ("127.0.0.1", port))
+            now[0] += 1.0
+            srv._udp_readable(listener)
+            now[0] += server.QUIET_GAP / 10
+            srv._udp_readable(listener)
+            replies: list[bytes | None] = []
+            for c in clients:
+                c.settimeout(0.5)
+                try:
+                    replies.append(c.recv(4096))
+                except TimeoutError:
+                    replies.append(None)
+            return replies
+        finally:
+            for c in clients:
+                c.close()
+
+    replies = serving(upstreamless(port), scenario, clock=lambda: now[0])
+    assert reads == {"single": [1], "batch": [2]}
+    assert [r[:2] if r else None for r in replies] == [b"\x00\x01", b"\x00\x02", b"\x00\x03"]
+    assert all(r is not None and r[3] & 0xF == dns.rcode.NOTIMP for r in replies)

@@ -3,9 +3,11 @@
 UDP sockets are read with `loop.add_reader` and recvmmsg in batches (datagrams.py), not
 a `DatagramProtocol`: the stock transport reads 256 KiB per datagram, which costs an
 mmap/munmap per query (research/perf-anchors.md). Cache hits are answered inside the
-read callback, with no task and no dnspython, and sent with one sendmmsg per batch. A
-miss is a task awaiting the exchange: carrying it on callbacks instead was measured 8 %
-slower (asyncio's Task and Future are C; closures and guards in Python are not).
+read callback, with no task and no dnspython, and sent with one sendmmsg per batch. At a
+pod's rates a wakeup finds one query, and recvfrom/sendto (C methods) cost less than the
+ctypes calls: `Listener.reader` picks per wakeup. A miss is a task awaiting the exchange:
+carrying it on callbacks instead was measured 8 % slower (asyncio's Task and Future are
+C; closures and guards in Python are not).
 """
 
 from __future__ import annotations
@@ -36,6 +38,12 @@ _TALLY = operator.attrgetter("tally")
 # A burst of clients at once (a herd at expiry) must queue, not drop: the kernel's default
 # of about 200 KiB holds some 200 queries. The kernel caps this at net.core.rmem_max.
 UDP_RECEIVE_BUFFER = 4 * 1024 * 1024
+# Reads further apart than this, the last of which found a single datagram, mean queries
+# arrive one at a time (a pod's few hundred a second): the next is read by recvfrom. Closer
+# reads, or a read that found several, mean they queue: recvmmsg. A lone hit by recvfrom
+# costs about a quarter less in process (`python -m bench.wakeup`); under dnsperf at 5000
+# qps, 9 % less CPU per query (bench/README.md).
+QUIET_GAP = 100e-6
 
 
 @dataclass
@@ -45,7 +53,17 @@ class Listener:
     router: resolve.Router
     udp: socket.socket | None = None
     batch: datagrams.Batch | datagrams.OneByOne | None = None
+    single: datagrams.OneByOne | None = None  # the reader of lone datagrams
     tcp: asyncio.Server | None = None
+    last_read: float = float("-inf")
+    last_count: int = 0  # datagrams the last read found
+
+    def reader(self, now: float) -> datagrams.Batch | datagrams.OneByOne | None:
+        """The reader for a wakeup at `now`: one datagram by recvfrom when they come one at a
+        time, a batch when they queue (QUIET_GAP)."""
+        quiet = self.last_count <= 1 and now - self.last_read > QUIET_GAP
+        self.last_read = now
+        return self.single if quiet else self.batch
 
     @property
     def label(self) -> str:
@@ -141,6 +159,7 @@ class Server:
             raise
         listener.udp = sock
         listener.batch = datagrams.open_batch(sock)
+        listener.single = datagrams.OneByOne(sock, 1)
         try:
             listener.tcp = await asyncio.start_server(
                 lambda r, w: tcp.serve_client(self, r, w, listener), listener.host, listener.port,
@@ -162,7 +181,7 @@ class Server:
             asyncio.get_running_loop().remove_reader(listener.udp.fileno())
             listener.udp.close()
             listener.udp = None
-            listener.batch = None
+            listener.batch = listener.single = None
         if listener.tcp is not None:
             listener.tcp.close()
             listener.tcp = None
@@ -191,7 +210,8 @@ class Server:
     def _udp_readable(self, listener: Listener) -> None:
         """One batch per wakeup (datagrams.BATCH): then the loop's other work gets a turn,
         also when every datagram takes the slow path (garbage, misses)."""
-        batch = listener.batch
+        now = self.clock()
+        batch = listener.reader(now)
         assert batch is not None and listener.udp is not None
         try:
             count = batch.receive()
@@ -199,9 +219,9 @@ class Server:
             logs.error(f"{listener.label}: {err.strerror}; reading one datagram at a time from now on")
             listener.batch = datagrams.OneByOne(listener.udp)
             return
+        listener.last_count = count
         if not count:
             return
-        now = self.clock()
         repeats: list[Remembered] = []  # memo hits
         rendered: list[Tally] = []  # cache hits rendered anew
         try:
