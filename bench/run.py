@@ -2,7 +2,8 @@
 
     python -m bench.run [--rounds N] [--seconds S] [--rate QPS] [--quick] [--keep]
 
-Each round starts every server fresh, in the same order, and measures it alone on CPU 1
+Each round starts every server fresh, in the order of peers.PEERS and back again in the
+next round (so no server always goes first), and measures it alone on CPU 1
 while dnsperf and NSD share CPU 0: start-up, idle memory, cache-hit throughput, hit latency
 at a fixed rate, a fill of 100k names and the memory after it, cache-miss throughput, miss
 latency at a fixed rate. As root it re-executes itself in a new network namespace that has
@@ -173,7 +174,7 @@ class Bench:
     def run_round(self, round_no: int) -> None:
         assert self.upstream is not None
         upstream = f"{self.upstream.spec.addr}:{self.upstream.spec.port}"
-        for name, addr, factory in peers.PEERS:
+        for name, addr, factory in round_order(round_no):
             if name not in self.opts.servers or self.results.notes.get(name, "").startswith("skipped"):
                 continue
             spec = factory(self.workdir, addr, self.opts.port, upstream)
@@ -277,6 +278,13 @@ class Bench:
             raise CheckFailed(f"no query answered in the {kind} run")
         validity.add(run, full_speed=rate is None and kind != "warm")
         return run
+
+
+def round_order(round_no: int) -> list[tuple[str, str, peers.Factory]]:
+    """PEERS forwards in even rounds, backwards in odd ones: over rounds, each server is
+    measured as often early as late, so a machine that drifts in the course of a round
+    (an hour's load, thermal state) does not favour one of them."""
+    return list(peers.PEERS) if round_no % 2 == 0 else list(reversed(peers.PEERS))
 
 
 def wait_quiet() -> float:
