@@ -277,6 +277,18 @@ def notimp_query(qid: int) -> bytes:
     return bytes(data)
 
 
+def replies_to(clients: list[socket.socket]) -> list[bytes | None]:
+    """Each client's reply, or None where none came within half a second."""
+    replies: list[bytes | None] = []
+    for c in clients:
+        c.settimeout(0.5)
+        try:
+            replies.append(c.recv(4096))
+        except TimeoutError:
+            replies.append(None)
+    return replies
+
+
 def test_a_failing_recvmmsg_turns_the_listener_to_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:
     """A seccomp filter refusing recvmmsg cannot be set up here: the libc call is replaced
     by one that fails with EPERM, as such a filter would make it."""
@@ -320,14 +332,7 @@ def test_an_internal_error_on_one_datagram_loses_only_that_one(monkeypatch: pyte
                 c.sendto(data, ("127.0.0.1", port))
             listener.last_count = datagrams.BATCH  # as after a full read: the next is a batch
             srv._udp_readable(listener)  # the three in one batch, before the loop wakes
-            replies = []
-            for c in clients:
-                c.settimeout(0.5)
-                try:
-                    replies.append(c.recv(4096))
-                except TimeoutError:
-                    replies.append(None)
-            return replies, srv.internal_errors
+            return replies_to(clients), srv.internal_errors
         finally:
             for c in clients:
                 c.close()
@@ -425,14 +430,7 @@ def test_the_server_reads_a_lone_query_alone_and_the_queue_behind_it_as_a_batch(
             srv._udp_readable(listener)
             now[0] += server.QUIET_GAP / 10
             srv._udp_readable(listener)
-            replies: list[bytes | None] = []
-            for c in clients:
-                c.settimeout(0.5)
-                try:
-                    replies.append(c.recv(4096))
-                except TimeoutError:
-                    replies.append(None)
-            return replies
+            return replies_to(clients)
         finally:
             for c in clients:
                 c.close()
