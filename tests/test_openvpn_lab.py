@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from splitdns import openvpn
 from tests.lab import Lab, PodSpec, configs
 from tests.lab.fixtures import require_lab
 from tests.lab.netns import signal_proc, wait_for
@@ -161,6 +162,10 @@ def test_the_hook_state_file_path(lab_factory: list[Lab], tmp_path: Path) -> Non
     wait_for(lambda: json.loads(state.read_text())["status"] == "down" or None, what="the down script",
              timeout=10)
     written = time.monotonic() - dropped
+    # The server reads the file every openvpn.POLL seconds: a query inside that window still
+    # goes to the dead upstream and waits out its timeout (3 s, longer than the wait below).
+    # One period later, every answer must come at once.
+    time.sleep(openvpn.POLL + 0.1)
     first = wait_for(lambda: next((r for r in ask(lab, *fresh(configs.PRIVATE_ZONE))
                                    if r["rcode"] == "SERVFAIL"), None), what="fail-fast", timeout=2)
     print(f"\nhook path: down state written {1000 * written:.0f} ms after the drop, tunnel zone "
