@@ -16,7 +16,7 @@ RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
  # The image only serves: the resolver's own dependencies, not the render/check ones (PyYAML,
  # kubernetes-validate's 100 MB of schemas, lightkube), which stay on the developer's machine.
  # tests/test_image.py keeps this list equal to pyproject's serving dependencies.
- && /opt/splitdns/bin/pip install --no-cache-dir "dnspython>=2.6,<3" "prometheus_client>=0.20" "uvloop>=0.19" \
+ && /opt/splitdns/bin/pip install --no-cache-dir "dnspython>=2.9.1,<3" "prometheus_client>=0.20" "uvloop>=0.19" \
  && /opt/splitdns/bin/pip install --no-cache-dir --no-deps /wheels/*.whl \
  && /opt/splitdns/bin/pip uninstall --yes pip setuptools
 
