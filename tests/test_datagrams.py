@@ -83,6 +83,21 @@ def test_a_reader_gives_each_datagram_and_its_sender_as_recvfrom_does(
         assert [peer for _, peer in got] == [peer for _, peer in sent]
 
 
+def test_senders_decoded_once_are_kept_up_to_a_bound_and_stay_right(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(datagrams, "PEERS_KEPT", 2)
+    with sockets(socket.AF_INET, 5) as (listener, senders):
+        batch = datagrams.Batch(listener, size=4)
+        sent = []
+        for round_no in range(2):  # each sender twice: the second time from the kept ones
+            for n, s in enumerate(senders):
+                s.send(b"%d-%d" % (round_no, n))
+                sent.append(s.getsockname())
+        got = read_all(batch, len(sent))
+        assert [peer for _, peer in got] == sent
+        assert 1 <= len(batch._peers) <= 2
+
+
 @pytest.mark.parametrize("reader_class", READERS)
 def test_each_reply_reaches_the_sender_of_its_datagram_around_unanswered_ones(
         reader_class: type[datagrams.Batch | datagrams.OneByOne]) -> None:

@@ -29,6 +29,7 @@ DATAGRAM_BYTES = 4096  # a query is at most 4096 bytes here, as with recvfrom(40
 ADDRESS_BYTES = 28     # sizeof(struct sockaddr_in6), the larger of the two families
 MSG_DONTWAIT = 0x40
 MSG_PEEK = 0x2
+PEERS_KEPT = 1024     # decoded sender addresses kept; a scan of many ports only empties it
 MAX_INTERRUPTED = 8  # sendmmsg retries after EINTR per run: a signal storm must not hold the loop
 NOTHING_WAITING = (errno.EAGAIN, errno.EWOULDBLOCK, errno.EINTR)  # a receive that found nothing
 
@@ -152,6 +153,8 @@ class Batch:
         self._count = 0
         self._queued = bytearray(size)  # 1: the outbox slot holds a reply not yet sent
         self._unsent = False            # some slot is queued: a quick test for the common "none"
+        # Senders already decoded: a pod has a few clients, each a few sockets.
+        self._peers: dict[bytes, Peer] = {}
 
     def receive(self) -> int:
         """Read what is waiting, up to `size` datagrams, without blocking; their number.
@@ -201,7 +204,13 @@ class Batch:
 
     def peer(self, i: int) -> Peer:
         """The sender of datagram i, as socket.recvfrom would give it."""
-        return _sockaddr(bytes(self.inbox.names[i * ADDRESS_BYTES:(i + 1) * ADDRESS_BYTES]))
+        raw = bytes(self.inbox.names[i * ADDRESS_BYTES:(i + 1) * ADDRESS_BYTES])
+        peer = self._peers.get(raw)
+        if peer is None:
+            if len(self._peers) >= PEERS_KEPT:
+                self._peers.clear()
+            peer = self._peers[raw] = _sockaddr(raw)
+        return peer
 
     def reply(self, i: int, data: bytes) -> None:
         """Queue `data` for the sender of datagram i; `send` sends the queue."""

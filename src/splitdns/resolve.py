@@ -82,6 +82,10 @@ class UpstreamState:
     upstream: Upstream
     fails: int = 0
     probing: bool = False
+    label: str = field(init=False)  # "host:port", as metrics name it: once, not per attempt
+
+    def __post_init__(self) -> None:
+        self.label = str(self.upstream)
 
     def down(self, max_fails: int) -> bool:
         return max_fails > 0 and self.fails > max_fails
@@ -121,11 +125,13 @@ class ForwardState:
     def covers(self, name: bytes) -> bool:
         if not wire.is_subdomain(name, self.origin):
             return False
+        if not self.excepts:
+            return True
         return name == self.origin or not any(wire.is_subdomain(name, e) for e in self.excepts)
 
     def ordered(self, rng: random.Random) -> list[UpstreamState]:
         ups = list(self.upstreams)
-        if self.spec.policy == "random":
+        if self.spec.policy == "random" and len(ups) > 1:
             rng.shuffle(ups)
         elif self.spec.policy == "round_robin":
             shift = self.rotation % len(ups)

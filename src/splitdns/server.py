@@ -13,7 +13,6 @@ C; closures and guards in Python are not).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import operator
 import random
@@ -81,6 +80,7 @@ class Server:
     clock: Callable[[], float] = time.monotonic
     rng: random.Random = field(default_factory=lambda: random.Random(secrets.randbits(64)))
     counters: upstream.Counters = field(default_factory=upstream.Counters)
+    query_ids: Callable[[], int] = field(default_factory=upstream.QueryIds)
     listeners: list[Listener] = field(default_factory=list)
     zones: dict[Block, resolve.Zone] = field(default_factory=dict)
     _inflight: dict[tuple[int, bytes], asyncio.Future[tuple[resolve.Done, Entry | None]]] = \
@@ -306,8 +306,10 @@ class Server:
     @staticmethod
     def _send_udp(sock: socket.socket, data: bytes, addr: datagrams.Peer) -> None:
         # A full buffer or a vanished client: UDP promises nothing, and neither do we.
-        with contextlib.suppress(OSError):
+        try:  # noqa: SIM105 (contextlib.suppress costs a context manager per reply)
             sock.sendto(data, addr)
+        except OSError:
+            pass
 
     # -- resolution --------------------------------------------------------------------------
 
@@ -435,9 +437,9 @@ class Server:
         exchange = resolve.Exchange(fwd, self.clock(), self.rng)
         step = exchange.start()
         while isinstance(step, resolve.Send):
-            sent = wire.upstream_query(q, secrets.randbits(16))
+            sent = wire.upstream_query(q, self.query_ids())
             began = self.clock()
-            to = str(step.upstream.upstream)
+            to = step.upstream.label
             try:
                 reply = await upstream.ask(sent, step.upstream.upstream, step.tcp,
                                            step.timeout, self.counters)
@@ -473,7 +475,7 @@ class Server:
                                   block.errors.json))
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
-        task = asyncio.ensure_future(coro)
+        task = asyncio.get_running_loop().create_task(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
