@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import struct
+
 import dns.exception
 import dns.flags
 import dns.message
@@ -175,6 +177,33 @@ def test_compression_attacks_are_rejected() -> None:
     assert reply.read(sent, head + b"\xc0\x0c" + rr + b"\x00") is None  # trailing byte
 
 
+@pytest.mark.parametrize(("rtype", "rclass", "rdata", "valid"), [
+    (1, 1, b"\xc0\x00\x02\x01", True),          # A in IN: an address
+    (1, 3, b"\xc0\x00\x02\x01", False),         # A in CH: a name and a number for dnspython
+    (1, 3, b"\x00\x00\x01", True),               # ... which this is
+    (1, 4, b"\xc0\x00\x02\x01\x05", True),      # A in HS: no rules of its own, opaque
+    (33, 3, b"\x00\x01\x00\x02\x01\xbb\x00", True),  # SRV in CH: opaque too
+    (257, 1, b"\x00", False),                  # CAA too short
+    (41, 1232, b"\x00\x08\x00\x03\x00\x01\x99", False),  # OPT: client subnet, bad prefix
+])
+def test_records_of_other_classes_and_options_are_judged_as_dnspython_does(
+        rtype: int, rclass: int, rdata: bytes, valid: bool) -> None:
+    sent = wire.upstream_query(wire.parse_query(to_wire(query("example.org.")))  # type: ignore[arg-type]
+                               , 0x4242)
+    question = sent[12:sent.index(b"\x00\x00\x29")]
+    section = (0, 1) if rtype == 41 else (1, 0)  # OPT in the additional section
+    owner = b"\x00" if rtype == 41 else b"\xc0\x0c"
+    data = sent[:2] + b"\x81\x80\x00\x01" + struct.pack("!HHH", section[0], 0, section[1]) + question + \
+        owner + struct.pack("!HHIH", rtype, rclass, 60, len(rdata)) + rdata
+    try:
+        dns.message.from_wire(data, ignore_trailing=False)
+    except Exception:  # any refusal
+        assert not valid
+    else:
+        assert valid
+    assert (reply.read(sent, data) is not None) == valid
+
+
 def dnspython_name_end(data: bytes, pos: int) -> int:
     parser = dns.wire.Parser(data, pos)
     try:
@@ -195,6 +224,10 @@ def pointer_chain(hops: int) -> tuple[bytes, int]:
     (b"\x03abc\x05hello\x00\x01x\xc0\x04", 13, True, "labels, then a pointer to a whole name"),
     (b"\x05hello\xc0\x00", 6, False, "a target running into its own pointer"),
     (b"\x03abc\x01x\xc0\x00", 4, False, "a target running into the labels before its pointer"),
+    (b"\x01a\x00\x01b\xc0\x00\xc0\x03", 7, True, "two hops, each target before the last"),
+    (b"\x01a\x01b\xc0\x00\xc0\x02", 6, False, "a second target running into the first"),
+    (b"\x01a" * 64 + b"\x00" + b"\x01a" * 63 + b"\xc0\x00", 129, True, "127 labels, 255 octets"),
+    (b"\x01a" * 64 + b"\x00" + b"\x01a" * 64 + b"\xc0\x00", 129, False, "257 octets across a pointer"),
     (*pointer_chain(16), True, "16 pointers in a row"),
     (*pointer_chain(17), False, "17 pointers in a row"),
 ])

@@ -1,4 +1,4 @@
-"""Upstream replies read on the wire: checked in full, indexed for the cache, without dnspython.
+"""Upstream replies read on the wire: checked in full, indexed for the cache, mostly by hand.
 
 Parsing each reply with dnspython cost half the CPU of a cache miss (py-spy, bench/): this
 reader walks the message once, checks everything a forwarder relies on (RFC 5452 matching,
@@ -6,10 +6,11 @@ RFC 9267's name and length rules, counts, OPT placement, rdata shape for the com
 and keeps what the core needs: flags, rcode, TTLs, the SOA for negative caching, the owners
 of the authority and additional records, and the offsets of every TTL. Anything malformed
 reads as None, which the caller treats as "not a reply" (dropped, counted, keep waiting).
-The one legal shape it leaves to dnspython is an OPT record that is not last (`parse`
-rewrites it in canonical order). Rdata of the other types (CAA, HTTPS, RRSIG, ...) is
-checked by dnspython, record by record: rare in a pod's replies, so is the cost, and a
-record a client's parser would refuse is neither relayed nor cached. Tests prove the
+The one legal shape it leaves to dnspython whole is an OPT record that is not last
+(`parse` rewrites it in canonical order). Rdata of the other types (CAA, HTTPS, the RRSIGs
+and NSECs of a reply asked with DO, ...), of other classes and EDNS options are checked by
+dnspython record by record: a few microseconds each, on misses only, and a record a
+client's parser would refuse is neither relayed nor cached. Tests prove the
 reader agrees with dnspython. Pure: no sockets, no clock.
 """
 
@@ -20,6 +21,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import dns.exception
+from dns.rdataclass import RdataClass
+from dns.rdatatype import RdataType
 
 from splitdns import wire
 
@@ -34,6 +37,8 @@ T_A, T_NS, T_CNAME, T_SOA, T_PTR, T_MX, T_TXT, T_AAAA, T_SRV, T_DNAME, T_OPT = (
     1, 2, 5, 6, 12, 15, 16, 28, 33, 39, 41)
 T_TSIG = 250
 MAX_POINTER_HOPS = 16  # compression pointers followed in one name (dnspython's limit)
+C_IN = 1
+_IN_ONLY = frozenset({T_A, T_AAAA, T_SRV})  # the hand-checked types whose rules are class IN's
 _ONE_NAME = frozenset({T_NS, T_CNAME, T_PTR, T_DNAME})
 _FIXED = {T_A: 4, T_AAAA: 16}
 
@@ -101,7 +106,7 @@ def read(sent: bytes, data: bytes) -> Reply | None:
 
 
 def reread(data: bytes) -> Reply | None:
-    """`read` for bytes already known to match the query (our own rewrite of a reply)."""
+    """`read` for bytes already known to match the query (`parse_matched`, our own rewrites)."""
     _, flags, qdcount, ancount, nscount, arcount = wire.HEADER.unpack_from(data)
     try:
         return _walk(data, len(data), flags, (qdcount, ancount, nscount, arcount))
@@ -204,7 +209,7 @@ def _name(data: bytes, pos: int, n: int) -> int:
                      # pointed to it, let alone past it (dnspython 2.9.1)
     hops = 0
     length = 0
-    for _ in range(128):  # more labels than a 255-octet name can hold: a loop
+    for _ in range(128 + MAX_POINTER_HOPS):  # at most 127 labels, and the pointers between them
         if pos >= stop:
             return -1
         count = data[pos]
@@ -233,7 +238,11 @@ def _name(data: bytes, pos: int, n: int) -> int:
 
 
 def _rdata_ok(data: bytes, rtype: int, rclass: int, start: int, end: int) -> bool:
-    """The rdata shapes dnspython checks, by hand for the types replies carry most."""
+    """The rdata shapes dnspython checks, by hand for the types replies carry most. A, AAAA
+    and SRV mean what they mean only in class IN (dnspython reads CH's A as a name and a
+    number, and rdata of a class it has no rules for as opaque)."""
+    if rclass != C_IN and rtype in _IN_ONLY:
+        return _dnspython_reads(data, rtype, rclass, start, end)
     size = _FIXED.get(rtype)
     if size is not None:
         return end - start == size
@@ -256,18 +265,17 @@ def _rdata_ok(data: bytes, rtype: int, rclass: int, start: int, end: int) -> boo
         pos = start
         while pos + 4 <= end:
             pos += 4 + _U16.unpack_from(data, pos + 2)[0]
-        return pos == end
+        # Options (cookies, client subnet, extended errors) have rules of their own: rare
+        # in a reply, and read by dnspython when present.
+        return pos == end and (end == start or _dnspython_reads(data, rtype, rclass, start, end))
     return _dnspython_reads(data, rtype, rclass, start, end)
 
 
 def _dnspython_reads(data: bytes, rtype: int, rclass: int, start: int, end: int) -> bool:
     import dns.rdata  # here, as in `rewrite`: the common replies never need it
-    import dns.rdataclass
-    import dns.rdatatype
 
     try:
-        dns.rdata.from_wire(dns.rdataclass.RdataClass.make(rclass), dns.rdatatype.RdataType.make(rtype),
-                            data, start, end - start)
+        dns.rdata.from_wire(RdataClass.make(rclass), RdataType.make(rtype), data, start, end - start)
     except Exception:  # dnspython refuses with many exception types; each means "not valid"
         return False
     return True

@@ -287,7 +287,7 @@ class Zone:
         if filtered is None:
             return done, []
         reply, removed = filtered
-        if reply is None:  # dnspython refused what the hand reader let through: refuse, not leak
+        if reply is None:  # dnspython could not rewrite it (a gap in the reader): refuse, not leak
             return Done(error="an upstream reply with a private address could not be rewritten"), []
         self.stats.private_removed += len(removed)
         return Done(reply, done.rcode, done.error, done.ede), removed
@@ -360,7 +360,7 @@ def scrub(done: Done, zone: Zone, router: Router) -> Done:
         msg.additional = [r for r in msg.additional if ours(r)]
 
     scrubbed = replies.rewrite(reply.data, drop_foreign)
-    if scrubbed is None:  # dnspython refused what the hand reader let through: refuse, not leak
+    if scrubbed is None:  # dnspython could not rewrite it (a gap in the reader): refuse, not leak
         return Done(error="the upstream reply could not be rewritten without foreign records")
     return Done(scrubbed, done.rcode, done.error, done.ede)
 
