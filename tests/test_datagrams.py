@@ -85,17 +85,30 @@ def test_a_reader_gives_each_datagram_and_its_sender_as_recvfrom_does(
 
 def test_senders_decoded_once_are_kept_up_to_a_bound_and_stay_right(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(datagrams, "PEERS_KEPT", 2)
-    with sockets(socket.AF_INET, 5) as (listener, senders):
+    monkeypatch.setattr(datagrams, "PEERS_KEPT", 3)
+    decoded: list[bytes] = []
+    real_sockaddr = datagrams._sockaddr
+
+    def counted(raw: bytes) -> datagrams.Peer:
+        decoded.append(raw)
+        return real_sockaddr(raw)
+
+    monkeypatch.setattr(datagrams, "_sockaddr", counted)
+    with sockets(socket.AF_INET, 4) as (listener, senders):
         batch = datagrams.Batch(listener, size=4)
         sent = []
-        for round_no in range(2):  # each sender twice: the second time from the kept ones
-            for n, s in enumerate(senders):
+        for round_no in range(2):  # three senders, twice each: decoded once each
+            for n, s in enumerate(senders[:3]):
                 s.send(b"%d-%d" % (round_no, n))
                 sent.append(s.getsockname())
         got = read_all(batch, len(sent))
         assert [peer for _, peer in got] == sent
-        assert 1 <= len(batch._peers) <= 2
+        assert len(decoded) == 3
+        senders[3].send(b"fourth")  # one more than kept: the table starts over
+        senders[0].send(b"first again")
+        got = read_all(batch, 2)
+        assert [peer for _, peer in got] == [senders[3].getsockname(), senders[0].getsockname()]
+        assert len(decoded) == 5 and len(batch._peers) == 2
 
 
 @pytest.mark.parametrize("reader_class", READERS)

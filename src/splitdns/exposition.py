@@ -144,8 +144,8 @@ class _UpstreamFamilies:
             self._rejects += fwd.rejected
             for state in fwd.upstreams:
                 down = state.down(fwd.spec.max_fails)
-                self.healthy.add_metric([name, str(state.upstream)], 0 if down else 1)
-                self.fails.add_metric([name, str(state.upstream)], state.fails)
+                self.healthy.add_metric([name, state.label], 0 if down else 1)
+                self.fails.add_metric([name, state.label], state.fails)
         self.loops.add_metric([name], zone.stats.loops_detected)
         self.private.add_metric([name], zone.stats.private_removed)
         self.ready.add_metric([name], 1 if zone.ready and not zone.loop_error else 0)

@@ -31,7 +31,7 @@ from splitdns import config, corefile, http, logs, metrics, openvpn, resolve, wi
 from splitdns.directives.forward import Upstream
 from splitdns.directives.openvpn import OpenVPNSpec
 from splitdns.errors import ConfigError
-from splitdns.server import Server, upstream_budget
+from splitdns.server import Server, spawn_into, upstream_budget
 from splitdns.tunnel import TunnelState
 
 PROBE_INTERVAL = 1.0
@@ -301,7 +301,5 @@ class Runtime:
                 self.check_loops(zone)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
-        task = asyncio.ensure_future(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        spawn_into(self._tasks, coro)
 

@@ -475,13 +475,19 @@ class Server:
                                   block.errors.json))
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        spawn_into(self._tasks, coro)
 
 
     def upstream_budget(self) -> float:
         return upstream_budget(self.config)
+
+
+def spawn_into(tasks: set[asyncio.Task[None]], coro: Coroutine[object, object, None]) -> None:
+    """Run `coro` as a task that `tasks` holds until it ends: the loop keeps only a weak
+    reference, and a stop must be able to wait for or cancel what is running."""
+    task = asyncio.get_running_loop().create_task(coro)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
 
 
 def upstream_budget(config: Config) -> float:

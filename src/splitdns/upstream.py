@@ -16,6 +16,7 @@ import asyncio
 import os
 import socket
 import struct
+import weakref
 
 from splitdns import reply as replies
 from splitdns import wire
@@ -29,10 +30,15 @@ class UpstreamError(Exception):
 class QueryIds:
     """Fresh query IDs from the kernel's CSPRNG, read `batch` at a time: `secrets.randbits`
     makes one getrandom(2) per ID, a system call per upstream attempt. Each ID is used once;
-    the pool lives in one process (splitdns never forks after start)."""
+    a child of os.fork starts with an empty pool (splitdns does not fork, but a pool must not
+    be shared)."""
 
     def __init__(self, batch: int = 2048) -> None:
         self.batch = batch
+        self._pool = array.array("H")
+        _POOLS.add(self)
+
+    def forget(self) -> None:
         self._pool = array.array("H")
 
     def __call__(self) -> int:
@@ -41,6 +47,17 @@ class QueryIds:
         except IndexError:
             self._pool = array.array("H", os.urandom(2 * self.batch))
             return self._pool.pop()
+
+
+_POOLS: weakref.WeakSet[QueryIds] = weakref.WeakSet()
+
+
+def _forget_pools() -> None:
+    for pool in _POOLS:
+        pool.forget()
+
+
+os.register_at_fork(after_in_child=_forget_pools)
 
 
 class Counters:
