@@ -24,6 +24,7 @@ from splitdns import openvpn
 from tests.lab import Lab, PodSpec, configs
 from tests.lab.fixtures import require_lab
 from tests.lab.netns import signal_proc, wait_for
+from tests.lab.ready import wait_log
 
 pytestmark = pytest.mark.netns
 
@@ -164,8 +165,9 @@ def test_the_hook_state_file_path(lab_factory: list[Lab], tmp_path: Path) -> Non
     written = time.monotonic() - dropped
     # The server reads the file every openvpn.POLL seconds: a query inside that window still
     # goes to the dead upstream and waits out its timeout (3 s, longer than the wait below).
-    # One period later, every answer must come at once.
-    time.sleep(openvpn.POLL + 0.1)
+    # Once it has seen the file, every answer must come at once.
+    wait_log(lab.procs["resolver"], "plugin/openvpn: the tunnel is down (down script ran",
+             timeout=openvpn.POLL + 2)
     first = wait_for(lambda: next((r for r in ask(lab, *fresh(configs.PRIVATE_ZONE))
                                    if r["rcode"] == "SERVFAIL"), None), what="fail-fast", timeout=2)
     print(f"\nhook path: down state written {1000 * written:.0f} ms after the drop, tunnel zone "
