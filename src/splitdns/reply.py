@@ -9,8 +9,9 @@ reads as None, which the caller treats as "not a reply" (dropped, counted, keep 
 The one legal shape it leaves to dnspython whole is an OPT record that is not last
 (`parse` rewrites it in canonical order). Rdata of the other types (CAA, HTTPS, the RRSIGs
 and NSECs of a reply asked with DO, ...), of other classes and EDNS options are checked by
-dnspython record by record: a few microseconds each, on misses only, and a record a
-client's parser would refuse is neither relayed nor cached. Tests prove the
+dnspython record by record: 20-30 us each (an HTTPS record 32, an RRSIG 18, against 5 us
+for a whole reply of two A records), on misses only, and a record a client's parser would
+refuse is neither relayed nor cached. Tests prove the
 reader agrees with dnspython. Pure: no sockets, no clock.
 """
 
