@@ -9,7 +9,6 @@ mark it down, and exchanges skip it (resolve.Exchange).
 from __future__ import annotations
 
 import asyncio
-import secrets
 import struct
 from collections.abc import Callable, Coroutine
 
@@ -21,10 +20,12 @@ TYPE_NS = 2
 
 class UpstreamProbes:
     def __init__(self, clock: Callable[[], float], counters: upstream.Counters,
-                 spawn: Callable[[Coroutine[object, object, None]], None]) -> None:
+                 spawn: Callable[[Coroutine[object, object, None]], None],
+                 query_ids: Callable[[], int]) -> None:
         self.clock = clock
         self.counters = counters
         self.spawn = spawn
+        self.query_ids = query_ids  # the exchanges' own source (upstream.QueryIds)
 
     def watch(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
         """An exchange just failed on this upstream: probe it, unless a probe already runs."""
@@ -41,7 +42,7 @@ class UpstreamProbes:
                 await asyncio.sleep(wait)
                 began = self.clock()
                 flags = wire.RD if spec.health_check_rd else 0
-                probe = wire.HEADER.pack(secrets.randbits(16), flags, 1, 0, 0, 0) + name + \
+                probe = wire.HEADER.pack(self.query_ids(), flags, 1, 0, 0, 0) + name + \
                     struct.pack("!HH", TYPE_NS, 1)
                 try:
                     await upstream.ask(probe, state.upstream, spec.force_tcp,

@@ -91,7 +91,7 @@ class Server:
     internal_errors: int = 0
 
     def __post_init__(self) -> None:
-        self.probes = UpstreamProbes(self.clock, self.counters, self._spawn)
+        self.probes = UpstreamProbes(self.clock, self.counters, self._spawn, self.query_ids)
 
     async def start(self) -> None:
         self.zones = {block: resolve.Zone(block, cache_bytes=self.config.limits.cache_memory)
