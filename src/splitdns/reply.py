@@ -11,8 +11,8 @@ The one legal shape it leaves to dnspython whole is an OPT record that is not la
 and NSECs of a reply asked with DO, ...), of other classes and EDNS options are checked by
 dnspython record by record: 20-30 us each (an HTTPS record 32, an RRSIG 18, against 5 us
 for a whole reply of two A records), on misses only, and a record a client's parser would
-refuse is neither relayed nor cached. Tests prove the
-reader agrees with dnspython. Pure: no sockets, no clock.
+refuse is neither relayed nor cached. Tests prove the reader agrees with dnspython. Pure: no
+sockets, no clock.
 """
 
 from __future__ import annotations
@@ -99,11 +99,8 @@ def parse_matched(data: bytes) -> Reply | None:
 
 
 def read(sent: bytes, data: bytes) -> Reply | None:
-    """The reply to `sent`, or None if `data` is not a well-formed reply to it; raises `Unusual`."""
-    n = len(data)
-    if n < 12 or not wire.reply_matches(sent, data):
-        return None
-    return reread(data)
+    """`parse` without the rewrite: raises `Unusual` where `parse` would rewrite."""
+    return reread(data) if wire.reply_matches(sent, data) else None
 
 
 def reread(data: bytes) -> Reply | None:

@@ -35,11 +35,11 @@ class QueryIds:
 
     def __init__(self, batch: int = 2048) -> None:
         self.batch = batch
-        self._pool = array.array("H")
+        self.forget()
         _POOLS.add(self)
 
     def forget(self) -> None:
-        self._pool = array.array("H")
+        self._pool = array.array("H")  # the next ID reads a new batch
 
     def __call__(self) -> int:
         try:
