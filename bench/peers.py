@@ -196,6 +196,13 @@ def python_floor(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
                      "replies, a fresh socket per miss, no checks); the floor of CPython here")
 
 
+def python_floor_uring(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
+    spec = python_floor(workdir, addr, port, upstream)
+    return Spec("python-floor-uring", addr, port, (*spec.argv, "--io-uring"),
+                note="python-floor with its misses through io_uring (bench/floor.py --io-uring): "
+                     "what the floor's system calls cost; splitdns does not use io_uring")
+
+
 Factory = Callable[[Path, str, int, str], Spec]
 
 # name, address, factory: the order of the round. splitdns first, so every peer's ratio has
@@ -207,7 +214,9 @@ PEERS: tuple[tuple[str, str, Factory], ...] = (
     ("dnsmasq", "127.0.0.12", dnsmasq),
     ("dnsdist", "127.0.0.13", dnsdist),
     ("coredns", "127.0.0.14", coredns),
+    ("python-floor-uring", "127.0.0.16", python_floor_uring),
 )
+ON_REQUEST = frozenset({"python-floor-uring"})  # only with --servers: a question, not a peer
 
 
 # --- processes ---------------------------------------------------------------------------------

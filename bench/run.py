@@ -62,8 +62,9 @@ def parse_args(argv: Sequence[str]) -> Options:
     p.add_argument("--rate", type=int, default=5000, help="fixed rate of the latency runs, qps (5000)")
     p.add_argument("--quick", action="store_true", help="1 round of 3 s runs: a check, not figures")
     p.add_argument("--port", type=int, default=peers.PORT, help=f"port of every server ({peers.PORT})")
-    p.add_argument("--servers", default=",".join(name for name, _, _ in peers.PEERS),
-                   help="comma-separated subset of the servers, in order")
+    p.add_argument("--servers", help="comma-separated subset of the servers, in order (all "
+                   f"but {', '.join(sorted(peers.ON_REQUEST))})",
+                   default=",".join(n for n, _, _ in peers.PEERS if n not in peers.ON_REQUEST))
     p.add_argument("--out", type=Path, default=REPO / "bench", help="where results.md/.png go")
     p.add_argument("--keep", action="store_true", help="keep the work directory (configs, dnsperf logs)")
     p.add_argument("--no-netns", action="store_true", help="run on the host's loopback instead")

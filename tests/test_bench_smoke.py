@@ -5,6 +5,7 @@ Fast (a few seconds) and free of timing assertions: figures live in `make bench`
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import subprocess
@@ -114,11 +115,32 @@ def test_dnsperf_against_splitdns_is_parsed_and_reported(
                                              .exists() else None)
 
 
+def _io_uring_refused() -> str:
+    """Why io_uring cannot be used here, or "" (a seccomp profile or a sysctl may refuse it)."""
+    import ctypes
+    import platform
+    if platform.machine() != "x86_64":
+        return f"io_uring system call numbers are x86-64's, this is {platform.machine()}"
+    libc = ctypes.CDLL(None, use_errno=True)
+    params = (ctypes.c_char * 120)()
+    fd = libc.syscall(425, 8, params)
+    if fd < 0:
+        return f"io_uring_setup refused: errno {ctypes.get_errno()}"
+    os.close(fd)
+    return ""
+
+
+@pytest.mark.parametrize("factory", [
+    peers.python_floor,
+    pytest.param(peers.python_floor_uring, marks=pytest.mark.skipif(
+        bool(_io_uring_refused()), reason=_io_uring_refused() or "io_uring usable")),
+])
 def test_python_floor_relays_misses_and_answers_repeats_from_its_table(
-        upstream: peers.Process, tmp_path: Path) -> None:
-    """bench/floor.py is a real server: a miss goes to NSD, a repeat is answered without it."""
+        upstream: peers.Process, tmp_path: Path, factory: peers.Factory) -> None:
+    """bench/floor.py is a real server: a miss goes to NSD, a repeat is answered without it;
+    with --io-uring too."""
     target = f"{upstream.spec.addr}:{upstream.spec.port}"
-    spec = peers.python_floor(tmp_path, FLOOR_ADDR, _free_port(FLOOR_ADDR), target)
+    spec = factory(tmp_path, FLOOR_ADDR, _free_port(FLOOR_ADDR), target)
     proc = peers.start(spec, tmp_path, None)
     try:
         peers.wait_serving(proc, tmp_path)
