@@ -100,18 +100,22 @@ class Floor:
             assert timer is not None
             timer.cancel()
             finish()
-            if len(reply) < 12:
-                return
-            tail = reply[2:]
-            if tail[1] & 0xF in STORED_RCODES:
-                self.replies[query[2:]] = tail
-            try:  # noqa: SIM105 (as above)
-                self.listen.sendto(query[:2] + tail, peer)
-            except OSError:
-                pass
+            self.relay(query, peer, reply)
 
         self.loop.add_reader(fd, answered)
         timer = self.loop.call_later(TIMEOUT, finish)
+
+    def relay(self, query: bytes, peer: tuple[str, int], reply: bytes) -> None:
+        """Store the upstream's reply (NOERROR, NXDOMAIN) and send it under the client's ID."""
+        if len(reply) < 12:
+            return
+        tail = reply[2:]
+        if tail[1] & 0xF in STORED_RCODES:
+            self.replies[query[2:]] = tail
+        try:  # noqa: SIM105 (as above)
+            self.listen.sendto(query[:2] + tail, peer)
+        except OSError:
+            pass
 
 
 class UringFloor(Floor):
@@ -125,6 +129,7 @@ class UringFloor(Floor):
     FIXED, LINK, SKIP_SUCCESS = 1, 4, 64
     RECV, CLOSE, CANCEL = 1, 2, 3
     SQE = struct.Struct("<BBHiQQIIQHHIQQ")  # struct io_uring_sqe, 64 bytes
+    SEND_AREA = 512  # bytes per slot for the query sent; a longer one is dropped
 
     def __init__(self, loop: asyncio.AbstractEventLoop, listen: socket.socket,
                  upstream: tuple[str, int]) -> None:
@@ -160,7 +165,8 @@ class UringFloor(Floor):
         self.address = ctypes.create_string_buffer(
             struct.pack("<H", socket.AF_INET) + struct.pack("!H", port) +
             socket.inet_aton(host) + bytes(8), 16)
-        self.sent = mmap.mmap(-1, MAX_PENDING * 512)
+        self.address_at = ctypes.addressof(self.address)
+        self.sent = mmap.mmap(-1, MAX_PENDING * self.SEND_AREA)
         self.received = mmap.mmap(-1, MAX_PENDING * DATAGRAM_BYTES)
         self.sent_at = ctypes.addressof(ctypes.c_char.from_buffer(self.sent))
         self.received_at = ctypes.addressof(ctypes.c_char.from_buffer(self.received))
@@ -188,20 +194,21 @@ class UringFloor(Floor):
             self.submitted += done
 
     def forward(self, query: bytes, peer: tuple[str, int]) -> None:
-        if not self.free or len(query) > 512:
+        if not self.free or len(query) > self.SEND_AREA:
             return
         slot = self.free.pop()
         self.generation[slot] = (self.generation[slot] + 1) & 0xFFFF
         tag = self.generation[slot] << 16 | slot << 2
         ident = secrets.randbits(16).to_bytes(2, "big")
-        self.sent[slot * 512:slot * 512 + len(query)] = ident + query[2:]
+        base = slot * self.SEND_AREA
+        self.sent[base:base + len(query)] = ident + query[2:]
         self.waiting[slot] = (query, peer, ident, time.monotonic())
         self.pending += 1
-        at = self.sent_at + slot * 512
+        at = self.sent_at + base
         self.push(self.OP_SOCKET, self.LINK | self.SKIP_SUCCESS, socket.AF_INET,
                   socket.SOCK_DGRAM, 0, 0, tag, slot + 1)
         self.push(self.OP_CONNECT, self.FIXED | self.LINK | self.SKIP_SUCCESS, slot, 16,
-                  ctypes.addressof(self.address), 0, tag, 0)
+                  self.address_at, 0, tag, 0)
         self.push(self.OP_SEND, self.FIXED | self.LINK | self.SKIP_SUCCESS, slot, 0, at,
                   len(query), tag, 0)
         self.arm(slot, tag)
@@ -231,14 +238,7 @@ class UringFloor(Floor):
             self.push(self.OP_CLOSE, self.SKIP_SUCCESS, 0, 0, 0, 0, user_data & ~3 | self.CLOSE,
                       slot + 1)
             self.free.append(slot)
-            if len(reply) >= 12:
-                tail_bytes = reply[2:]
-                if tail_bytes[1] & 0xF in STORED_RCODES:
-                    self.replies[query[2:]] = tail_bytes
-                try:  # noqa: SIM105 (as above)
-                    self.listen.sendto(query[:2] + tail_bytes, peer)
-                except OSError:
-                    pass
+            self.relay(query, peer, reply)
         self.u32[self.cq_head] = head
         self.submit()
 

@@ -130,10 +130,13 @@ def _io_uring_refused() -> str:
     return ""
 
 
+IO_URING_REFUSED = _io_uring_refused()
+
+
 @pytest.mark.parametrize("factory", [
     peers.python_floor,
     pytest.param(peers.python_floor_uring, marks=pytest.mark.skipif(
-        bool(_io_uring_refused()), reason=_io_uring_refused() or "io_uring usable")),
+        bool(IO_URING_REFUSED), reason=IO_URING_REFUSED or "io_uring usable")),
 ])
 def test_python_floor_relays_misses_and_answers_repeats_from_its_table(
         upstream: peers.Process, tmp_path: Path, factory: peers.Factory) -> None:
