@@ -115,3 +115,62 @@ def test_corefile_lines_inside_a_configmap_are_file_lines() -> None:
 def test_docs_table_is_the_code_table() -> None:
     docs = (Path(__file__).parents[1] / "docs" / "kubernetes.md").read_text()
     assert findings.table_markdown() in docs
+
+
+def _check_corefile(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    path = tmp_path / "Corefile"
+    path.write_text(text)
+    capsys.readouterr()
+    code = cli.main(["check", "--brief", str(path)])
+    return code, capsys.readouterr().out
+
+
+def test_check_refuses_what_serve_refuses_with_the_same_words(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """One self-loop rule for both: a resolv.conf naming 127.0.0.1 makes serve exit 2, so check too."""
+    from splitdns import config
+    from splitdns.errors import ConfigError
+
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\n")
+    text = f".:53 {{\n errors\n forward . {resolv}\n}}\n"
+    code, out = _check_corefile(tmp_path, text, capsys)
+    with pytest.raises(ConfigError) as served:
+        config.load(tmp_path / "Corefile")
+    assert code == 2
+    assert out.strip() == f"{tmp_path / 'Corefile'}:3: SD101 error {served.value.message}"
+    assert served.value.where is not None and served.value.where.line == 3  # the forward's line
+
+
+@pytest.mark.parametrize("text", [
+    # Docker's embedded DNS: another loopback address, not our listener on 127.0.0.1.
+    ".:53 {\n forward . 127.0.0.11\n}\n",
+    # Another port on loopback: another block of the same file...
+    ".:53 {\n forward . 127.0.0.1:5353\n}\n.:5353 {\n forward . 192.0.2.1\n}\n",
+    # ...or another server on this machine.
+    ".:53 {\n forward . 127.0.0.1:5300\n}\n",
+])
+def test_a_forward_to_someone_else_on_loopback_is_no_self_loop(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> None:
+    from splitdns import config
+
+    code, out = _check_corefile(tmp_path, text, capsys)
+    assert (code, out) == (0, "")
+    config.loads(text)  # and serve loads it
+
+
+@pytest.mark.parametrize(("text", "line"), [
+    (".:53 {\n errors\n forward . 127.0.0.1\n}\n", 3),
+    ("svc.acme.internal:53 {\n errors\n cache 30\n forward . 127.0.0.1:53\n}\n", 4),
+    (".:53 {\n bind 0.0.0.0\n forward . 127.0.0.5\n}\n", 3),  # a wildcard listener owns loopback
+])
+def test_a_forward_back_to_its_own_block_is_refused_at_its_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, line: int) -> None:
+    from splitdns import config
+    from splitdns.errors import ConfigError
+
+    code, out = _check_corefile(tmp_path, text, capsys)
+    assert code == 2 and f"{tmp_path / 'Corefile'}:{line}: SD101 error forward . sends" in out, out
+    with pytest.raises(ConfigError) as served:
+        config.loads(text)
+    assert str(served.value).startswith(f"Corefile:{line}: forward . sends queries to")

@@ -263,3 +263,12 @@ def test_log_and_errors_can_write_one_json_object_per_line(tmp_path: Path) -> No
         error = next(x for x in lines if x["level"] == "error")
         assert (info["name"], info["type"], info["rcode"]) == ("example.org.", "A", "SERVFAIL")
         assert error["rcode"] == 2 and "connection refused" in error["error"]
+
+
+def test_a_dead_upstream_is_named_by_its_address_in_the_ede_and_the_errors_line(tmp_path: Path) -> None:
+    with splitdns_serve(tmp_path, ". {\n errors\n forward . 127.0.0.23:9\n}\n") as r:
+        out = dig("example.org", server="127.0.0.1", port=r.port)
+        want = "127.0.0.23:9: connection refused (nothing listens there)"
+        assert out.status == "SERVFAIL" and want in out.stdout, out.stdout
+        errors = [ln for ln in r.stderr().splitlines() if ln.startswith("[ERROR] plugin/errors:")]
+        assert errors and all(want in ln for ln in errors), r.stderr()

@@ -251,16 +251,23 @@ def _check_bind_consistency(blocks: tuple[Block, ...]) -> None:
 
 
 def _check_self_forward(config: Config) -> None:
-    ours = set(config.listeners())
     for block in config.blocks:
         for spec in block.forwards:
             for up in spec.upstreams:
-                if is_ours(up.host, up.port, ours):
-                    raise ConfigError(None, _self_forward_message(spec, up, block))
+                if forwards_to_itself(block, up):
+                    raise ConfigError(spec.where, self_forward_message(spec, up, block))
+
+
+def forwards_to_itself(block: Block, up: forward.Upstream) -> bool:
+    """The one self-loop rule, for `serve` and `check` alike: a forward loops only when it
+    reaches this very block again, i.e. one of the block's own listeners (same address and
+    port; a wildcard listener owns loopback). Another loopback address (Docker's 127.0.0.11)
+    or another port (another block, another server) is someone else."""
+    return is_ours(up.host, up.port, {(host, block.port) for host in block.bind})
 
 
 def is_ours(host: str, port: int, ours: set[tuple[str, int]]) -> bool:
-    """Whether host:port is one of our own listeners (a wildcard listener owns loopback)."""
+    """Whether host:port is one of these listeners (a wildcard listener owns loopback)."""
     ip = ipaddress.ip_address(host)
     for lhost, lport in ours:
         if lport != port:
@@ -271,11 +278,11 @@ def is_ours(host: str, port: int, ours: set[tuple[str, int]]) -> bool:
     return False
 
 
-def _self_forward_message(spec: forward.ForwardSpec, up: forward.Upstream, block: Block) -> str:
+def self_forward_message(spec: forward.ForwardSpec, up: forward.Upstream, block: Block) -> str:
     via = f" (read from {up.origin})" if up.origin.startswith("/") else ""
     return (
-        f"{spec.line}: forward {spec.origin} sends queries to {up}{via}, which is this server "
-        f"itself (block {block.name}): every query there would loop until it times out. "
+        f"forward {spec.origin} sends queries to {up}{via}, which is this server itself "
+        f"(block {block.name} listens there): every query there would loop until it times out. "
         "Under dnsPolicy: None the pod's resolv.conf names only 127.0.0.1, so "
         "`forward . /etc/resolv.conf` points the resolver at itself. Forward to a real "
         "upstream instead: the kube-dns Service IP (kubectl -n kube-system get svc kube-dns "

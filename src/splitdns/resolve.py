@@ -75,6 +75,10 @@ STALE_TTL = 30  # RFC 8767 4: the TTL of a stale answer
 STALE_RECHECK = 30.0  # RFC 8767 4: after a refresh is tried, the next one waits this long
 
 
+def _answered(step: Send, reply: replies.Reply) -> str:
+    return f"{step.upstream.label} answered {dns.rcode.to_text(dns.rcode.Rcode(reply.rcode()))}"
+
+
 @dataclass
 class UpstreamState:
     """Health bookkeeping for one upstream: consecutive failures, and whether a probe runs."""
@@ -86,6 +90,9 @@ class UpstreamState:
 
     def __post_init__(self) -> None:
         self.label = str(self.upstream)
+
+    def __str__(self) -> str:  # what a user reads: "127.0.0.1:5398", never the dataclass's fields
+        return self.label
 
     def down(self, max_fails: int) -> bool:
         return max_fails > 0 and self.fails > max_fails
@@ -185,20 +192,20 @@ class Exchange:
         step.upstream.fails = 0  # any reply at all means the upstream is alive
         if not reply.question:
             # No question: acceptable only as a failure signal (wire.reply_matches).
-            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(dns.rcode.Rcode(reply.rcode()))}"
+            self.last_error = _answered(step, reply)
             return self._next(now)
         if reply.flags & wire.TC and not step.tcp:
             return Send(step.upstream, True, self._timeout(now))
         if reply.rcode() in self.fwd.spec.failover:
             self.last_reply = Done(reply)
-            self.last_error = f"{step.upstream} answered {dns.rcode.to_text(dns.rcode.Rcode(reply.rcode()))}"
+            self.last_error = _answered(step, reply)
             return self._next(now)
         return Done(reply)
 
     def failed(self, step: Send, error: str, now: float) -> Send | Done:
         if self.fwd.spec.max_fails > 0:
             step.upstream.fails += 1
-        self.last_error = f"{step.upstream}: {error}"
+        self.last_error = f"{step.upstream.label}: {error}"
         return self._next(now)
 
     def _timeout(self, now: float) -> float:

@@ -323,7 +323,7 @@ class Server:
 
     def _internal_error(self, err: BaseException) -> None:
         self.internal_errors += 1
-        logs.error(f"internal error while resolving: {err!r}")
+        logs.error(f"internal error while resolving: {type(err).__name__}: {err}")
 
     async def _resolve(self, q: wire.Query, listener: Listener) -> tuple[bytes, resolve.Zone | None]:
         zone = listener.router.route(q.name)

@@ -285,6 +285,9 @@ def dig(*args: str, server: str, port: int, timeout: float = 3) -> DigResult:
         )
     except subprocess.TimeoutExpired as e:
         return _timed_out(e, time.monotonic() - start)
+    from tests.support import user_text  # the EDE texts a client shows
+
+    user_text.seen("dig", completed.stdout)
     return parse_dig(completed.stdout, completed.stderr, time.monotonic() - start)
 
 

@@ -10,6 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.support import user_text
 from tests.support.processes import free_port, poll_until, stop
 
 READY_TIMEOUT = 10.0
@@ -55,6 +56,8 @@ def splitdns_serve(tmp_path: Path, corefile: str, port: int | None = None) -> It
         yield resolver
     finally:
         stop(process)
+        user_text.seen("serve stdout", resolver.stdout())
+        user_text.seen("serve stderr", resolver.stderr())
 
 
 def run_to_exit(tmp_path: Path, corefile: str, timeout: float = 10.0) -> tuple[int, str]:
@@ -65,7 +68,9 @@ def run_to_exit(tmp_path: Path, corefile: str, timeout: float = 10.0) -> tuple[i
         code = process.wait(timeout)
     finally:
         stop(process)
-    return code, (workdir / "stderr.log").read_text(encoding="utf-8", errors="replace")
+    stderr = (workdir / "stderr.log").read_text(encoding="utf-8", errors="replace")
+    user_text.seen("serve stderr", stderr)
+    return code, stderr
 
 
 def http_get(port: int, path: str, timeout: float = 3.0,
@@ -77,9 +82,12 @@ def http_get(port: int, path: str, timeout: float = 3.0,
     request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", headers=headers or {})
     try:
         with urllib.request.urlopen(request, timeout=timeout) as resp:
-            return resp.status, resp.read().decode()
+            status, body = resp.status, resp.read().decode()
     except urllib.error.HTTPError as err:
-        return err.code, err.read().decode()
+        status, body = err.code, err.read().decode()
+    if not path.startswith("/metrics"):  # metric names and labels are for machines
+        user_text.seen(f"GET {path}", body)
+    return status, body
 
 
 @contextmanager

@@ -25,14 +25,14 @@ servers the VPN server pushes (the block needs an `openvpn` directive).
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dns.rcode
 
 from splitdns.corefile import Statement
 from splitdns.directives import _args
-from splitdns.errors import ConfigError
+from splitdns.errors import ConfigError, Location
 
 USAGE = "forward FROM TO... [{ options }]"
 MAX_UPSTREAMS = 15
@@ -76,6 +76,7 @@ class ForwardSpec:
     failfast_all_unhealthy: bool = False
     expire: float = 10.0
     line: str = ""                    # file:line, for messages
+    where: Location | None = field(default=None, compare=False)  # the `forward` line
 
 
 def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
@@ -101,7 +102,8 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
         raise ConfigError(st.where, f"forward: more than {MAX_UPSTREAMS} upstreams")
     if tunnel and (upstreams or files):
         raise ConfigError(st.where, "forward: `openvpn` cannot be mixed with fixed upstreams")
-    options: dict[str, object] = {"line": str(st.where), "files": tuple(files), "tunnel": tunnel}
+    options: dict[str, object] = {"line": str(st.where), "where": st.where, "files": tuple(files),
+                                  "tunnel": tunnel}
     for opt in st.body or ():
         _option(opt, options)
     return ForwardSpec(origin=origin, upstreams=tuple(upstreams), **options)  # type: ignore[arg-type]
@@ -226,6 +228,20 @@ def _resolv_conf(st: Statement, path: str) -> list[Upstream]:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as err:
         raise ConfigError(st.where, f"forward: cannot read {path}: {err.strerror or err}") from None
+    return resolv_conf_upstreams(st, path, lines)
+
+
+def read_resolv_conf(st: Statement, path: str) -> list[Upstream] | None:
+    """The upstreams `serve` would take from the resolv.conf at `path` on this machine, or None
+    when it cannot be read or names none (for `check`, which then cannot tell)."""
+    try:
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        return resolv_conf_upstreams(st, path, lines)
+    except (OSError, ConfigError):
+        return None
+
+
+def resolv_conf_upstreams(st: Statement, path: str, lines: list[str]) -> list[Upstream]:
     found: list[Upstream] = []
     for line in lines:
         words = line.split()

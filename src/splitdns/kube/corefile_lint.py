@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from splitdns import config, corefile
+from splitdns.directives import forward
 from splitdns.errors import ConfigError
 from splitdns.kube.corefile_model import Block
 from splitdns.kube.findings import Finding
@@ -114,12 +115,18 @@ def _directives(block: Block, resolver: str, src: CorefileSource, add: Add) -> N
 
 
 def _forwards(block: Block, src: CorefileSource, pods: list[PodResolvConf], add: Add, cluster: bool) -> None:
+    core = block.to_config_block()
     for i, fwd in enumerate(block.forwards):
         line = src.line(fwd.statement.where)
         spec = fwd.spec
         for path in spec.files if not cluster else ():
             looping = [p for p in pods if p.points_at_loopback]
-            if looping:
+            # What `serve` would read from the file on this machine, under serve's own rule.
+            here = forward.read_resolv_conf(fwd.statement, path) or []
+            mine = next((up for up in here if config.forwards_to_itself(core, up)), None)
+            if mine is not None:
+                add(line, "SD101", config.self_forward_message(spec, mine, core))
+            elif looping:
                 add(line, "SD101", f"forward {spec.origin} {path}: the pod has dnsPolicy None with "
                                    f"nameserver {looping[0].nameservers[0]}, so {path} names this resolver "
                                    "itself")
@@ -127,8 +134,8 @@ def _forwards(block: Block, src: CorefileSource, pods: list[PodResolvConf], add:
                 add(line, "SD102", f"forward {spec.origin} {path}: what the file holds depends on the pod's "
                                    "dnsPolicy (under None it is 127.0.0.1, this resolver)")
         for up in spec.upstreams:
-            if _loopback(up.host) and up.port == block.port and block.bind is None:
-                add(line, "SD101", f"forward {spec.origin} {up}: that is this block's own listener")
+            if config.forwards_to_itself(core, up):
+                add(line, "SD101", config.self_forward_message(spec, up, core))
         for earlier in block.forwards[:i]:
             parent = earlier.spec
             if is_subdomain(name_to_wire(spec.origin), name_to_wire(parent.origin)) and not any(

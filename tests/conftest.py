@@ -1,0 +1,55 @@
+"""Suite-wide: no Python object repr in anything a user reads (tests/support/user_text.py)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from typing import TextIO
+
+import pytest
+
+from splitdns import cli
+from tests.support import user_text
+
+
+class _Tee(io.TextIOBase):
+    """Writes through to the stream the test sees (capsys, pytest's capture) and keeps a copy."""
+
+    def __init__(self, through: TextIO) -> None:
+        self.through, self.copy = through, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.through.write(text)
+
+    def flush(self) -> None:
+        self.through.flush()
+
+
+def _recording(main: Callable[[Sequence[str] | None], int]) -> Callable[..., int]:
+    def recorded(argv: Sequence[str] | None = None) -> int:
+        out, err = _Tee(sys.stdout), _Tee(sys.stderr)
+        name = (list(argv or sys.argv[1:]) or ["splitdns"])[0]
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # type: ignore[type-var]
+                return main(argv)
+        finally:
+            user_text.seen(f"splitdns {name} stdout", out.copy.getvalue())
+            user_text.seen(f"splitdns {name} stderr", err.copy.getvalue())
+
+    return recorded
+
+
+@pytest.fixture(autouse=True)
+def no_repr_reaches_a_user(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every command run through cli.main, every serve log, dig output and HTTP body of the test."""
+    monkeypatch.setattr(cli, "main", _recording(cli.main))
+    user_text.take()
+    yield
+    found = user_text.reprs(user_text.take())
+    assert not found, "Python object reprs reached a user:\n" + "\n".join(
+        f"  {f.source}: {f.line}" for f in found)
+
+
