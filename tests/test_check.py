@@ -174,3 +174,41 @@ def test_a_forward_back_to_its_own_block_is_refused_at_its_line(
     with pytest.raises(ConfigError) as served:
         config.loads(text)
     assert str(served.value).startswith(f"Corefile:{line}: forward . sends queries to")
+
+
+def test_a_misspelt_directive_gets_the_nearest_name_and_no_advice_to_switch_resolvers(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    bad = CASES / "SD112" / "bad" / "Corefile"
+    assert cli.main(["check", str(bad)]) == 2
+    out = capsys.readouterr().out
+    assert f"{bad}:2: SD112 error `erors` is not a directive splitdns or CoreDNS knows; did you mean " \
+           "`errors`?" in out
+    fixes = [ln for ln in out.splitlines() if ln.startswith("    fix: ")]
+    assert fixes and not any("--resolver" in ln or "coredns" in ln.lower() for ln in fixes), fixes
+
+
+def test_serve_names_the_nearest_directive_too(tmp_path: Path) -> None:
+    from splitdns import config
+    from splitdns.errors import ConfigError
+
+    with pytest.raises(ConfigError) as caught:
+        config.loads(". {\n forwrd . 192.0.2.1\n}\n")
+    assert "unknown directive 'forwrd' (did you mean `forward`?)" in str(caught.value)
+
+
+def test_an_unset_variable_is_a_warning_in_check_and_an_error_in_serve(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from splitdns import config
+    from splitdns.errors import ConfigError
+
+    monkeypatch.delenv("SPLITDNS_EXAMPLE_CLUSTER_DNS", raising=False)
+    bad = CASES / "SD113" / "bad" / "Corefile"
+    assert cli.main(["check", "--brief", str(bad)]) == 1
+    assert capsys.readouterr().out.splitlines() == [
+        f"{bad}:12: SD113 warning environment variable SPLITDNS_EXAMPLE_CLUSTER_DNS is not set here: its "
+        "value comes from the pod's environment when `splitdns serve` starts (unset there, serve refuses "
+        "the Corefile)"]
+    with pytest.raises(ConfigError, match="environment variable SPLITDNS_EXAMPLE_CLUSTER_DNS is not set"):
+        config.load(bad)
+    monkeypatch.setenv("SPLITDNS_EXAMPLE_CLUSTER_DNS", "10.96.0.10")
+    assert cli.main(["check", str(bad)]) == 0

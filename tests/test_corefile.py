@@ -90,7 +90,9 @@ def test_token_locations_survive_imports(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "line", "message"), [
-    ("example.org {\n errors\n", 2, "missing '}'"),
+    ("example.org {\n errors\n", 1, "missing '}'"),  # where the unclosed block opened
+    (". {\n errors\n}\nexample.org {\n forward . 192.0.2.1 {\n  max_fails 3\n }\n cache 30\n", 4,
+     "missing '}'"),
     ("example.org {\n errors\n}\n}\n", 4, "unexpected '}'"),
     ('example.org {\n log "open\n}\n', 2, "unterminated quoted token"),
     ("example.org {\n forward . {$NOPE}\n}\n", 2, "environment variable NOPE is not set"),

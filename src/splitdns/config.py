@@ -6,6 +6,7 @@ besides the Corefile itself, and it happens here, at load, as in CoreDNS.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import ipaddress
 from collections.abc import Callable, Mapping
@@ -177,7 +178,15 @@ def _unknown(st: corefile.Statement) -> ConfigError:
     if st.name in COREDNS_ONLY:
         return ConfigError(st.where, f"{st.name!r} is a CoreDNS plugin that splitdns does not "
                                      f"implement; splitdns supports: {supported}")
-    return ConfigError(st.where, f"unknown directive {st.name!r}; splitdns supports: {supported}")
+    guess = near_miss(st.name)
+    hint = f" (did you mean `{guess}`?)" if guess else ""
+    return ConfigError(st.where, f"unknown directive {st.name!r}{hint}; splitdns supports: {supported}")
+
+
+def near_miss(name: str, known: tuple[str, ...] = SUPPORTED + COREDNS_ONLY) -> str | None:
+    """The known directive a misspelt one most likely meant (`erors` -> `errors`), or None."""
+    found = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.75)
+    return found[0] if found else None
 
 
 def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], int]:

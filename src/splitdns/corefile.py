@@ -110,10 +110,27 @@ def lex(text: str, file: str, env: Mapping[str, str]) -> list[Token]:
     return tokens
 
 
+class PodEnvironment(dict[str, str]):
+    """The environment as `check` sees it: a variable unset here is not an error (the pod's
+    environment gives it when `serve` starts there); it stays `{$NAME}` and is noted in `unset`."""
+
+    def __init__(self, env: Mapping[str, str]) -> None:
+        super().__init__(env)
+        self.unset: dict[str, Location] = {}
+
+
+def deferred(text: str) -> bool:
+    """Whether a token still holds a `{$VAR}` left for the pod's environment."""
+    return _ENV.search(text) is not None
+
+
 def _substitute(text: str, where: Location, env: Mapping[str, str]) -> str:
     def replace(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)
         if name not in env:
+            if isinstance(env, PodEnvironment):
+                env.unset.setdefault(name, where)
+                return match.group(0)  # kept as written: the pod gives the value
             # CoreDNS silently substitutes "", which turns `forward . {$DNS}` into a
             # confusing argument error later; naming the variable is kinder.
             raise ConfigError(where, f"environment variable {name} is not set")
@@ -122,7 +139,8 @@ def _substitute(text: str, where: Location, env: Mapping[str, str]) -> str:
     return _ENV.sub(replace, text)
 
 
-def _statements(tokens: list[Token], pos: int, top: bool) -> tuple[list[Statement], int]:
+def _statements(tokens: list[Token], pos: int, top: bool,
+                opening: Token | None = None) -> tuple[list[Statement], int]:
     """Group tokens into statements until a closing `}` (or the end, at the top level)."""
     out: list[Statement] = []
     while pos < len(tokens):
@@ -156,15 +174,17 @@ def _statements(tokens: list[Token], pos: int, top: bool) -> tuple[list[Statemen
             body, pos = _body(tokens, pos)
         out.append(Statement(tuple(line), body))
     if not top:
-        raise ConfigError(tokens[-1].where, "missing '}': a block is not closed")
+        # Reported where the block opened: the end of the file says nothing about which one.
+        where = opening.where if opening is not None else tokens[-1].where
+        raise ConfigError(where, "missing '}': the block opened on this line is not closed")
     return out, pos
 
 
 def _body(tokens: list[Token], pos: int) -> tuple[tuple[Statement, ...], int]:
     opening = tokens[pos]
     if pos + 1 >= len(tokens):
-        raise ConfigError(opening.where, "missing '}': a block is not closed")
-    body, pos = _statements(tokens, pos + 1, top=False)
+        raise ConfigError(opening.where, "missing '}': the block opened on this line is not closed")
+    body, pos = _statements(tokens, pos + 1, top=False, opening=opening)
     return tuple(body), pos
 
 

@@ -21,7 +21,7 @@ COREDNS_PLUGINS = frozenset((
     *config.COREDNS_ONLY, "bind", "bufsize", "cache", "errors", "forward", "health", "log", "loop",
     "nomad", "on", "prometheus", "ready", "reload",
 ))
-_WRITES_CONFIG_ERRORS = ("SD101", "SD109", "SD110")
+_WRITES_CONFIG_ERRORS = ("SD101", "SD109", "SD110", "SD112")
 
 IsTunnel = Callable[[str], str | None]  # upstream address -> why it is the tunnel, or None
 
@@ -55,6 +55,11 @@ def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
     def add(where_line: int, code: str, message: str) -> None:
         out.append(Finding(src.file, where_line, code, message))
 
+    for name, where in model.unset.items():
+        add(src.line(where), "SD113", f"environment variable {name} is not set here: its value comes from "
+                                      "the pod's environment when `splitdns serve` starts (unset there, "
+                                      "serve refuses the Corefile)")
+
     for block in model.blocks:
         for name, err in block.errors:
             if resolver == "coredns" and name == "forward":
@@ -84,6 +89,8 @@ def _resolver_verdict(src: CorefileSource) -> list[Finding]:
     try:
         config.build(list(_server_blocks(src)), src.file, config.DEFAULT_PORT, read_files=False)
     except ConfigError as err:
+        if src.model.deferred(err.where):
+            return []  # that line's meaning is the pod's environment's to give
         return [Finding(src.file, src.line(err.where), "SD100", err.message)]
     return []
 
@@ -99,17 +106,18 @@ Add = Callable[[int, str, str], None]
 def _directives(block: Block, resolver: str, src: CorefileSource, add: Add) -> None:
     for st in block.statements:
         name = st.name
-        if resolver == "coredns":
+        if name not in COREDNS_PLUGINS and name not in config.SUPPORTED:
+            # Neither resolver knows it: a typo, so no advice to switch resolvers.
+            guess = config.near_miss(name, tuple(sorted(COREDNS_PLUGINS | set(config.SUPPORTED))))
+            hint = f"; did you mean `{guess}`?" if guess else ""
+            add(src.line(st.where), "SD112", f"`{name}` is not a directive splitdns or CoreDNS knows{hint}")
+        elif resolver == "coredns":
             if name not in COREDNS_PLUGINS:
-                what = "splitdns's own directive" if name == "openvpn" else "not a CoreDNS plugin"
-                add(src.line(st.where), "SD110", f"`{name}` is {what}; CoreDNS refuses to start on it")
+                add(src.line(st.where), "SD110", f"`{name}` is splitdns's own directive; CoreDNS refuses "
+                                                 "to start on it")
         elif name not in config.SUPPORTED:
-            if name in config.COREDNS_ONLY:
-                what = "a CoreDNS plugin that splitdns does not implement"
-            elif name in COREDNS_PLUGINS or name == "openvpn":
-                what = "not supported by this splitdns build"
-            else:
-                what = "not a directive splitdns or CoreDNS knows"
+            what = ("a CoreDNS plugin that splitdns does not implement" if name in config.COREDNS_ONLY
+                    else "not supported by this splitdns build")
             add(src.line(st.where), "SD110",
                 f"`{name}` is {what}; it supports: {', '.join(config.SUPPORTED)}")
 

@@ -7,6 +7,7 @@ modules) so the linter and the server never disagree on what a line means.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 
 from splitdns import config, corefile
@@ -62,15 +63,36 @@ class Model:
     path: str
     blocks: list[Block] = field(default_factory=list)
     error: ConfigError | None = None  # a syntax error: no blocks then
+    unset: dict[str, Location] = field(default_factory=dict)  # {$VAR}s the pod's environment gives
+
+    def deferred(self, where: Location | None) -> bool:
+        """Whether the line holds a `{$VAR}` unset here: what it means is known only in the pod."""
+        return where is not None and any(w.file == where.file and w.line == where.line
+                                         for w in self._deferred_at)
+
+    @property
+    def _deferred_at(self) -> list[Location]:
+        return [tok.where for b in self.blocks for tok in _tokens(b) if corefile.deferred(tok.text)]
+
+
+def _tokens(block: Block) -> list[corefile.Token]:
+    out = list(block.keys)
+    todo = list(block.statements)
+    while todo:
+        st = todo.pop()
+        out.extend(st.tokens)
+        todo.extend(st.body or ())
+    return out
 
 
 def read(text: str, path: str, default_port: int = config.DEFAULT_PORT) -> Model:
     """Parse without refusing unknown directives; key and argument errors are kept per block."""
+    env = corefile.PodEnvironment(os.environ)
     try:
-        server_blocks = corefile.parse(text, path)
+        server_blocks = corefile.parse(text, path, env)
     except ConfigError as err:
         return Model(path, error=err)
-    model = Model(path)
+    model = Model(path, unset=env.unset)
     for sb in server_blocks:
         model.blocks.append(_block(sb, path, default_port))
     return model
@@ -82,7 +104,8 @@ def _block(sb: corefile.ServerBlock, path: str, default_port: int) -> Block:
         keyed = config.build([corefile.ServerBlock(sb.keys, ())], path, default_port, read_files=False)
         zones, port = keyed.blocks[0].zones, keyed.blocks[0].port
     except ConfigError as err:
-        errors.append(("keys", err))
+        if not any(corefile.deferred(tok.text) for tok in sb.keys):
+            errors.append(("keys", err))
         zones, port = (), default_port
     forwards: list[Forward] = []
     bound: tuple[str, ...] | None = None
@@ -93,5 +116,6 @@ def _block(sb: corefile.ServerBlock, path: str, default_port: int) -> Block:
             elif st.name == "bind":
                 bound = bind.parse(st)
         except ConfigError as err:
-            errors.append((st.name, err))
+            if not any(corefile.deferred(tok.text) for tok in st.tokens):  # else the pod decides
+                errors.append((st.name, err))
     return Block(zones, port, sb.where, sb.keys, sb.directives, tuple(forwards), bound, tuple(errors))

@@ -79,6 +79,14 @@ _TABLE = (
          "the probe fails forever: the pod never becomes ready, or a native sidecar never starts the app.",
          "add `health` (GET /health on :8080) and `ready` (GET /ready on :8181) to the Corefile, or "
          "point the probe at what it serves."),
+    Code("SD112", ERROR, "directive neither splitdns nor CoreDNS knows",
+         "the resolver refuses to start on an unknown directive, so the pod loses DNS; no resolver "
+         "knows this one, so it is most likely misspelt.",
+         "correct the spelling (the message names the nearest known directive) or remove the line."),
+    Code("SD113", WARNING, "environment variable not set where check runs",
+         "`{$VAR}` is read from the environment of `splitdns serve` when it starts, in the pod; "
+         "there an unset variable is an error and the DNS container exits.",
+         "set the variable in the DNS container's env (or envFrom); check cannot see the pod's value."),
     # Pod spec.
     Code("SD201", ERROR, "dnsPolicy: None without the in-pod resolver as nameserver",
          "the app's resolv.conf then bypasses the in-pod resolver (or has no nameserver at all, which "
