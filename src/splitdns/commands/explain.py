@@ -7,47 +7,60 @@ drift from what `serve` does.
 
 from __future__ import annotations
 
+import ipaddress
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import dns.exception
 import dns.name
+import dns.reversename
 
 from splitdns import config
-from splitdns.errors import ConfigError
-from splitdns.kube import corefile_model
+from splitdns.errors import ConfigError, Location
+from splitdns.kube import corefile_model, sources
 from splitdns.resolve import Router, Zone
 from splitdns.wire import name_to_wire
 
 EXIT_OK, EXIT_CONFIG = 0, 2
+DEFAULT_CONF = "Corefile"
 
 
 def explain(name: str, path: str, port: int = config.DEFAULT_PORT) -> list[str]:
     """The explanation as lines; raises ConfigError when the Corefile cannot be read or parsed."""
+    lines = []
+    try:
+        address = ipaddress.ip_address(name)
+    except ValueError:
+        address = None
+    if address is not None:
+        name = dns.reversename.from_address(str(address)).to_text()
+        lines.append(f"{address} is an address: its name is the reverse name {name} (what PTR asks)")
     try:
         qname = dns.name.from_text(name.lower()).to_text()
     except dns.exception.DNSException as err:
         raise ConfigError(None, f"{name!r} is not a domain name ({err})") from None
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(None, f"cannot read Corefile {path}: {err.strerror}") from None
+    src = _corefile(path)
+    text = src.text
+
+    def loc(where: Location | None) -> str:  # a line of the file given, also inside a ConfigMap
+        return f"{path}:{src.line(where)}"
+
     model = corefile_model.read(text, path, port)
     if model.error is not None:
-        raise model.error
+        raise ConfigError(None, f"{loc(model.error.where)}: {model.error.message}")
     blocks = [b for b in model.blocks if b.port == port and b.zones]
     zones = {id(z): (b, z) for b in blocks for z in [Zone(b.to_config_block())]}
     by_zone = {zone: b for b in blocks for zone in b.zones}
     wire = name_to_wire(qname)
     owner = Router(z for _, z in zones.values()).route(wire)
-    lines = []
     labels = qname.rstrip(".").split(".")
     tried = [".".join(labels[i:]) + "." for i in range(len(labels))] + ["."] if qname != "." else ["."]
     if owner is None:
         lines.append(f"{qname} -> no block on port {port} owns it: the answer is REFUSED")
     else:
         block, _ = zones[id(owner)]
-        lines.append(f"{qname} -> block {block.name} ({block.where})")
+        lines.append(f"{qname} -> block {block.name} ({loc(block.where)})")
     lines.append("  zones tried, longest first; a zone owns a name only if it is the name's last "
                  "whole labels:")
     for candidate in tried:
@@ -55,28 +68,51 @@ def explain(name: str, path: str, port: int = config.DEFAULT_PORT) -> list[str]:
         mark = ""
         if owner is not None and b is not None and b is zones[id(owner)][0]:
             mark = "   <- owns it"
-        where = f"block {b.name} ({b.where})" if b is not None else "no block"
+        where = f"block {b.name} ({loc(b.where)})" if b is not None else "no block"
         lines.append(f"    {candidate:<40} {where}{mark}")
     if owner is None:
         if "." not in by_zone:
             lines.append("  there is no catch-all `.` block, so a name no zone owns is REFUSED; "
                          "add `.:53 { forward . CLUSTER_DNS_IP }`")
     else:
-        lines += _inside(zones[id(owner)][0], owner, wire)
+        lines += _inside(zones[id(owner)][0], owner, wire, loc)
     lines += _lookalikes(qname, [z for b in blocks for z in b.zones])
     try:
         config.loads(text, path, port, read_files=False)
     except ConfigError as err:
-        lines.append(f"  note: `splitdns serve` would refuse this Corefile as it is: {err}")
+        where = f"{loc(err.where)}: " if err.where is not None else ""
+        lines.append(f"  note: `splitdns serve` would refuse this Corefile as it is: {where}{err.message}")
     return lines
 
 
-def _inside(block: corefile_model.Block, zone: Zone, wire: bytes) -> list[str]:
+def _corefile(path: str) -> sources.CorefileSource:
+    """The Corefile at `path`, or the one in the ConfigMap YAML at `path` (as `check` reads it)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
+        if path == DEFAULT_CONF and isinstance(err, FileNotFoundError):
+            raise ConfigError(None, "no ./Corefile here: pass the Corefile to explain with -conf FILE "
+                                    "(a Corefile, or the ConfigMap YAML that holds one)") from None
+        raise ConfigError(None, f"cannot read {path}: {reason}") from None
+    if sources.kind_of(path, text) != "yaml":
+        return sources.CorefileSource(path, corefile_model.Model(path), text=text)
+    inputs = sources.read([path])
+    if inputs.findings:
+        raise ConfigError(None, inputs.findings[0].message)
+    if not inputs.corefiles:
+        raise ConfigError(None, f"{path} holds no ConfigMap with a data.Corefile")
+    pod_side = [c for c in inputs.corefiles if c.context == sources.POD]
+    return (pod_side or inputs.corefiles)[0]
+
+
+def _inside(block: corefile_model.Block, zone: Zone, wire: bytes,
+            loc: Callable[[Location | None], str]) -> list[str]:
     if block.tunnel:
         st = block.directive("openvpn")
         assert st is not None
         return [f"  upstreams: the DNS servers the VPN server pushes, learned at run time "
-                f"(openvpn, {st.where})"]
+                f"(openvpn, {loc(st.where)})"]
     fwd = zone.forward_for(wire)
     if fwd is None:
         if not block.forwards:
@@ -85,7 +121,7 @@ def _inside(block: corefile_model.Block, zone: Zone, wire: bytes) -> list[str]:
     spec = fwd.spec
     st = next(f.statement for f in block.forwards if f.spec is spec)
     ups = [str(u) for u in spec.upstreams] + [f"{f} (resolv.conf, read at start)" for f in spec.files]
-    out = [f"  forward {spec.origin} ({st.where}): the first `forward` of the block whose FROM "
+    out = [f"  forward {spec.origin} ({loc(st.where)}): the first `forward` of the block whose FROM "
            "covers the name",
            f"  upstreams: {', '.join(ups)}; policy {spec.policy}"]
     if len(block.forwards) > 1:
@@ -115,7 +151,7 @@ def run(name: str, path: str, port: int = config.DEFAULT_PORT) -> int:
     try:
         lines = explain(name, path, port)
     except ConfigError as err:
-        print(err, file=sys.stderr)
+        print(f"splitdns explain: {err}", file=sys.stderr)
         return EXIT_CONFIG
     print("\n".join(lines))
     return EXIT_OK

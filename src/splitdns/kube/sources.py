@@ -33,6 +33,7 @@ class CorefileSource:
     configmap: str | None = None
     offset: int = 0          # added to Corefile lines to give file lines
     anchor: int | None = None  # when lines cannot be mapped (a quoted scalar): this line for all
+    text: str = ""             # the Corefile's own text (a ConfigMap's data.Corefile)
 
     def line(self, where: Location | None) -> int:
         if where is None:
@@ -100,7 +101,7 @@ def read(paths: list[str]) -> Inputs:
             model = corefile_model.read(text, path)
             if context == POD and _is_cluster_corefile(model):
                 context = CLUSTER
-            inputs.corefiles.append(CorefileSource(path, model, context))
+            inputs.corefiles.append(CorefileSource(path, model, context, text=text))
     return inputs
 
 
@@ -144,7 +145,7 @@ def _configmap_corefiles(path: str, doc: yamlio.Document, name: str, namespace: 
         model = corefile_model.read(text, path)
         cluster = (name == "coredns" and namespace == "kube-system") or _is_cluster_corefile(model)
         block_start = doc.block_start.get(("data", key))
-        source = CorefileSource(path, model, CLUSTER if cluster else POD, configmap=name)
+        source = CorefileSource(path, model, CLUSTER if cluster else POD, configmap=name, text=text)
         if block_start is not None:
             source.offset = block_start - 1
         else:
