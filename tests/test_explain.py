@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -90,14 +91,15 @@ def test_without_a_corefile_it_says_what_to_pass(tmp_path: Path, capsys: pytest.
     err = capsys.readouterr().err
     assert err.startswith("splitdns explain: ") and "-conf FILE" in err
     words = err.lower().split()
-    assert not [a for a, b in zip(words, words[1:], strict=False) if a == b], err  # no "Corefile Corefile"
+    assert not [a for a, b in itertools.pairwise(words) if a == b], err  # no "Corefile Corefile"
 
 
 def test_a_configmap_is_explained_as_check_reads_it(tmp_path: Path) -> None:
     corefile = SEED.read_text()
     body = "".join(f"    {line}\n" for line in corefile.splitlines())
     cm = tmp_path / "configmap.yaml"
-    cm.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: splitdns\ndata:\n  Corefile: |\n" + body)
+    head = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: splitdns\ndata:\n  Corefile: |\n"
+    cm.write_text(head + body)
     lines = explain("db.svc.acme.internal", str(cm))
     # The seed's line 6 is the ConfigMap's line 6 + 6 (the YAML above the Corefile).
     assert lines[0] == f"db.svc.acme.internal. -> block svc.acme.internal.:53 ({cm}:12)"
@@ -105,7 +107,9 @@ def test_a_configmap_is_explained_as_check_reads_it(tmp_path: Path) -> None:
 
 
 def test_an_address_is_explained_by_its_reverse_name(tmp_path: Path) -> None:
-    path = write(tmp_path, ".:53 {\n    forward . 10.96.0.10\n}\n10.0.0.0/8:53 {\n    forward . 192.168.240.1\n}\n")
+    path = write(tmp_path, ".:53 {\n    forward . 10.96.0.10\n}\n"
+                           "10.0.0.0/8:53 {\n    forward . 192.168.240.1\n}\n")
     lines = explain("10.0.0.1", path)
-    assert lines[0] == "10.0.0.1 is an address: its name is the reverse name 1.0.0.10.in-addr.arpa. (what PTR asks)"
+    assert lines[0] == ("10.0.0.1 is an address: its name is the reverse name 1.0.0.10.in-addr.arpa. "
+                        "(what PTR asks)")
     assert lines[1] == f"1.0.0.10.in-addr.arpa. -> block 10.in-addr.arpa.:53 ({path}:4)"
