@@ -10,6 +10,8 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import threading
@@ -188,7 +190,7 @@ def test_missing_inputs_say_what_to_add(capsys: pytest.CaptureFixture[str]) -> N
                      "--resolver", "coredns"]) == 2
     assert "CoreDNS cannot learn the tunnel's DNS at run time" in capsys.readouterr().err
     assert cli.main(["render", "--zone", ".=192.168.240.1", "--cluster-wide"]) == 2
-    assert "never `.`" in capsys.readouterr().err
+    assert "the catch-all `.` is refused" in capsys.readouterr().err
     assert cli.main(["render", "--zone", "svc.acme.internal=vpn-dns.example", "--cluster-dns", CLUSTER]) == 2
     assert "is not an IP address" in capsys.readouterr().err
 
@@ -269,3 +271,46 @@ def test_cluster_dns_unreadable_is_exit_1_never_a_guess(kubeconfig: Path,
     missing = str(kubeconfig.parent / "nope")
     assert cli.main(["render", "--cluster-dns-from-cluster", "--kubeconfig", missing]) == 1
     assert "give the address with --cluster-dns IP" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flags", "error"), [
+    # `.` beside a private zone: refused as the docs say, not silently dropped.
+    (["--zone", "svc.acme.internal=192.168.240.1", "--zone", ".=192.168.240.1"],
+     "the catch-all `.` is refused"),
+    # The cluster domain gets its own reason, not the one meant for `.`.
+    (["--zone", "cluster.local=10.0.0.1"], "the cluster domain cluster.local is refused"),
+    # An openvpn zone: no advice to pick the resolver --cluster-wide does not use.
+    (["--zone", "svc.acme.internal=openvpn", "--resolver", "splitdns"], "cannot reach a pod's tunnel"),
+])
+def test_cluster_wide_refuses_what_the_docs_say_each_with_its_reason(
+        capsys: pytest.CaptureFixture[str], flags: list[str], error: str) -> None:
+    assert cli.main(["render", "--cluster-wide", *flags]) == 2
+    err = capsys.readouterr().err
+    assert error in err and "--resolver" not in err and "never `.`" not in err, err
+
+
+def _documented_render_commands() -> list[str]:
+    """Every `splitdns render ...` command with flags in docs/kubernetes.md and the README."""
+    root = Path(__file__).parents[1]
+    found = []
+    for doc in (root / "docs" / "kubernetes.md", root / "README.md"):
+        text = doc.read_text().replace("\\\n", " ")
+        found += [m.group(1).strip() for m in re.finditer(r"^(splitdns render --.*)$", text, re.MULTILINE)]
+        found += re.findall(r"`(splitdns render --[^`]*)`", text)
+    return [c for c in found if "--zone" in c or "--corefile" in c]  # whole commands, not a flag named
+
+
+def test_the_documented_commands_are_all_found() -> None:
+    assert len(_documented_render_commands()) >= 4
+
+
+@pytest.mark.parametrize("command", _documented_render_commands())
+def test_each_render_command_the_docs_show_works(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                 command: str) -> None:
+    argv = shlex.split(command.split(" > ")[0])[2:]
+    # Stand-ins a test needs: no cluster to read kube-dns from (the stand-in API server test
+    # covers that read), the seed's Corefile as "the Corefile you already have", a scratch directory.
+    argv = [{"--cluster-dns-from-cluster": "--cluster-dns=10.96.0.10"}.get(a, a) for a in argv]
+    shutil.copy(SEED, tmp_path / "Corefile")
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["render", *argv]) == 0, command

@@ -43,7 +43,9 @@ def files(req: Request) -> dict[str, str]:
     from splitdns.kube.plan import ClusterDNS, PlanError, build, routes_from_corefile, upstream
 
     cluster: ClusterDNS | None = None
-    if req.cluster_dns is not None:
+    if req.form == "cluster-wide":
+        pass  # the cluster's own CoreDNS keeps its catch-all: no cluster DNS address is needed
+    elif req.cluster_dns is not None:
         address = upstream(req.cluster_dns, "cluster DNS")
         cluster = ClusterDNS(address, f"given: --cluster-dns {req.cluster_dns}")
     elif req.from_cluster:
@@ -60,7 +62,7 @@ def files(req: Request) -> dict[str, str]:
     form = req.form
     plan = build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
                  else req.resolver, namespace=req.namespace, cluster_domain=req.cluster_domain,
-                 ndots=req.ndots, management=req.management)
+                 ndots=req.ndots, management=req.management, cluster_wide=form == "cluster-wide")
     opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, app_image=req.app_image,
                    vpn_image=req.vpn_image, sidecar=req.sidecar)
     return render.render(plan, opts, form)

@@ -136,13 +136,21 @@ def routes_from_corefile(model: corefile_model.Model) -> list[Route]:
 def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: ClusterDNS | None,
           probes: Sequence[str] = (), *, resolver: str = "splitdns", namespace: str = "default",
           cluster_domain: str = "cluster.local", ndots: int = 5,
-          management: str = DEFAULT_MANAGEMENT) -> Plan:
-    """Merge the inputs: flags override a Corefile; the cluster DNS fills the cluster zone and `.`."""
+          management: str = DEFAULT_MANAGEMENT, cluster_wide: bool = False) -> Plan:
+    """Merge the inputs: flags override a Corefile; the cluster DNS fills the cluster zone and `.`.
+    `cluster_wide`: the private zones only, for the cluster's own CoreDNS (no cluster DNS needed)."""
     domain = zone_name(cluster_domain)
     by_zone: dict[str, Route] = {r.zone: r for r in corefile_routes}
     for flag in zone_flags:
         route = parse_zone_flag(flag)
+        if cluster_wide:
+            _cluster_wide_zone(route, flag, domain)
         by_zone[route.zone] = route
+    if cluster_wide:
+        private = [r for r in by_zone.values() if r.zone not in (".", domain)]
+        return _checked(Plan(routes=tuple(sorted(private, key=lambda r: r.zone)), resolver="coredns",
+                             namespace=namespace, cluster_domain=domain.rstrip("."), ndots=ndots,
+                             management=management))
     if cluster is not None:
         for zone in (domain, "."):
             by_zone.setdefault(zone, Route(zone, (cluster.address,), cluster.source))
@@ -157,15 +165,35 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
                    for r in ordered)
     if resolver not in RESOLVERS:
         raise PlanError(f"--resolver {resolver!r}: use one of {', '.join(RESOLVERS)}")
-    if not 1 <= ndots <= 15:
-        raise PlanError(f"--ndots {ndots}: glibc caps ndots at 15; use 1 to 15")
     if resolver == "coredns":
         for r in routes:
             if r.tunnel:
                 raise PlanError(f"zone {r.zone}: CoreDNS cannot learn the tunnel's DNS at run time; "
                                 "give its address (--zone ZONE=IP) or use --resolver splitdns")
-    return Plan(routes=routes, resolver=resolver, namespace=namespace,
-                cluster_domain=domain.rstrip("."), ndots=ndots, management=management)
+    return _checked(Plan(routes=routes, resolver=resolver, namespace=namespace,
+                         cluster_domain=domain.rstrip("."), ndots=ndots, management=management))
+
+
+def _checked(plan: Plan) -> Plan:
+    if not 1 <= plan.ndots <= 15:
+        raise PlanError(f"--ndots {plan.ndots}: glibc caps ndots at 15; use 1 to 15")
+    return plan
+
+
+def _cluster_wide_zone(route: Route, flag: str, domain: str) -> None:
+    """What --cluster-wide refuses, each with its own reason (docs/kubernetes.md, "Cluster-wide")."""
+    if route.zone == ".":
+        raise PlanError(f"--cluster-wide --zone {flag}: the catch-all `.` is refused: the cluster's CoreDNS "
+                        "keeps its own catch-all, and sending every pod's lookups elsewhere is not this "
+                        "block's job; give only private zones")
+    if route.zone == domain:
+        raise PlanError(f"--cluster-wide --zone {flag}: the cluster domain {domain.rstrip('.')} is refused: "
+                        "the cluster's CoreDNS answers it itself (its kubernetes plugin); give only "
+                        "private zones")
+    if route.tunnel:
+        raise PlanError(f"--cluster-wide --zone {flag}: the cluster's CoreDNS cannot reach a pod's tunnel, "
+                        "so it cannot learn the VPN's DNS; give the zone's address (--zone ZONE=IP), or "
+                        "render the in-pod resolver instead (without --cluster-wide)")
 
 
 def _apex(zone: str) -> str | None:
