@@ -28,4 +28,4 @@ ENV PATH=/opt/splitdns/bin:$PATH \
 USER 65532:65532
 EXPOSE 53/udp 53/tcp 8080/tcp 8181/tcp
 ENTRYPOINT ["splitdns", "serve"]
-CMD ["-conf", "/etc/splitdns/Corefile"]
+CMD ["-conf", "/etc/coredns/Corefile"]

@@ -11,8 +11,16 @@ DEBIAN_PACKAGES := bind9-dnsutils knot-dnsutils dnsperf nsd unbound dnsmasq-base
 
 .PHONY: run test test-hostile venv deps-debian lint typecheck pytest lab-up lab-down lab-status clean
 
-run: venv
+run: $(VENV)/.run-installed
 	$(BIN)/splitdns demo
+
+# What running needs only (the resolver and its commands, uvloop), not the test tools; pip's own
+# progress is shown, since a first run downloads for a while.
+$(VENV)/.run-installed: pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing splitdns and what it needs to run into $(VENV) (the test tools come with make test)"
+	$(BIN)/pip install --progress-bar on -e '.[fast]'
+	touch $@
 
 test: deps-debian venv lint typecheck pytest
 
@@ -21,8 +29,9 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test,fast]'
-	touch $@
+	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy) into $(VENV)"
+	$(BIN)/pip install --progress-bar on -e '.[test,fast]'
+	touch $@ $(VENV)/.run-installed
 
 # Installs only what is missing, so a machine that has everything makes no network call.
 deps-debian:
@@ -45,7 +54,8 @@ typecheck: venv
 pytest: venv
 	$(BIN)/python -m pytest -q
 
-# The hostile catalogue (research/reliability-anchors.md 6): the core set, the slow rest
+# The hostile-input catalogue (tests/test_hostile_*.py: spoofing, upstream faults, hostile clients,
+# cache and load, lifecycle): the core set, the slow rest
 # (@pytest.mark.hostile), then a 10-minute soak with faults on a schedule; figures in results/hostile.md.
 test-hostile: deps-debian venv
 	@mkdir -p results && rm -f results/hostile-figures.txt

@@ -28,13 +28,13 @@ class _Tee(io.TextIOBase):
         self.through.flush()
 
 
-def _recording(main: Callable[[Sequence[str] | None], int]) -> Callable[..., int]:
-    def recorded(argv: Sequence[str] | None = None) -> int:
+def _recording(main: Callable[..., int]) -> Callable[..., int]:
+    def recorded(argv: Sequence[str] | None = None, *args: object, **kwargs: object) -> int:
         out, err = _Tee(sys.stdout), _Tee(sys.stderr)
         name = (list(argv or sys.argv[1:]) or ["splitdns"])[0]
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # type: ignore[type-var]
-                return main(argv)
+                return main(argv, *args, **kwargs)
         finally:
             user_text.seen(f"splitdns {name} stdout", out.copy.getvalue())
             user_text.seen(f"splitdns {name} stderr", err.copy.getvalue())

@@ -344,7 +344,8 @@ def write_results(out: Path, figures: Path | None, soak_lines: list[str], sample
     figs = figures.read_text().splitlines() if figures is not None and figures.exists() else []
     rows = ["# Hostile-input and fault suite: results", "",
             f"Written by `make test-hostile` ({time.strftime('%Y-%m-%d %H:%M:%S')}, {os.cpu_count()} cores). "
-            "Catalogue: research/reliability-anchors.md section 6. Each line is the figure a test printed; "
+            "Catalogue: the hostile-input tests, tests/test_hostile_*.py. "
+            "Each line is the figure a test printed; "
             "each test asserts its pass criterion, and the run's pytest summary says which passed (the "
             "lines that say 'known gap, xfail' are the expected failures).", "",
             "## Catalogue tests (pytest)", ""]

@@ -1,6 +1,6 @@
 """Hostile catalogue F-J: cache, load and limits, split routing, security posture, lifecycle.
 
-(research/reliability-anchors.md 6.F-6.J.) F2, F3, G2, H4, H5, I1, J1 run in `make test`
+F2, F3, G2, H4, H5, I1, J1 run in `make test`
 (J1 with a 6 s outage); the rest are `@pytest.mark.hostile`. G3, the soak, is
 tests/hostile_soak.py; H1 is a property test in tests/test_properties.py.
 """

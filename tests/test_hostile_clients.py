@@ -1,4 +1,4 @@
-"""Hostile catalogue D and E: what clients send over UDP and TCP (reliability-anchors.md 6.D, 6.E).
+"""Hostile catalogue D and E: what clients send over UDP and TCP.
 
 D1, D2, D3, E1, E2 run in `make test` (D1 with 20,000 packets; 100,000 under
 `make test-hostile`); D4, D5, D6, E3, E4 are `@pytest.mark.hostile`.

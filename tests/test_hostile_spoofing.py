@@ -1,4 +1,4 @@
-"""Hostile catalogue A: spoofing and reply matching (research/reliability-anchors.md 6.A).
+"""Hostile catalogue A: spoofing and reply matching.
 
 Real resolver process, scripted upstreams on 127.0.0.x that also forge (see the rule format
 in tests/support/scripted_upstream.py). Each test asserts the catalogue's pass criterion and

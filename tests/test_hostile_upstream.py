@@ -1,7 +1,7 @@
 """Hostile catalogue B and C: upstream failure and timing, malformed or hostile upstream replies.
 
-Real resolver process and scripted upstreams on 127.0.0.x (research/reliability-anchors.md
-6.B, 6.C). B1, B2, B3, B6, C1, C3, C4 run in `make test`; the rest (and B3's two minutes of
+Real resolver process and scripted upstreams on 127.0.0.x (the hostile-input
+catalogue, parts B and C). B1, B2, B3, B6, C1, C3, C4 run in `make test`; the rest (and B3's two minutes of
 flapping) are `@pytest.mark.hostile`.
 """
 

@@ -39,7 +39,7 @@ def requirement_name(req: str) -> str:
 def test_dockerfile_runs_serve_as_non_root_with_the_seeds_args() -> None:
     text = (ROOT / "Dockerfile").read_text()
     assert 'ENTRYPOINT ["splitdns", "serve"]' in text  # so `args: ["-conf", FILE]` works unchanged
-    assert 'CMD ["-conf", "/etc/splitdns/Corefile"]' in text
+    assert 'CMD ["-conf", "/etc/coredns/Corefile"]' in text
     assert re.search(r"^USER 65532:65532$", text, re.M)
     assert "PYTHONDONTWRITEBYTECODE=1" in text  # nothing to write on a read-only root filesystem
 

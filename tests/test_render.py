@@ -177,6 +177,10 @@ def test_component_builds_with_kubectl_kustomize(tmp_path: Path) -> None:
     # tunnel zone out (waiting for it there would wait for a VPN that has not started).
     assert [c["name"] for c in spec["initContainers"]] == ["dns", "vpn"]
     assert [c["name"] for c in spec["containers"]] == ["api"]
+    # The Deployment's own sysctl stays; ours is added beside it, its value still the string "53".
+    assert spec["securityContext"]["sysctls"] == [
+        {"name": "net.ipv4.ip_local_port_range", "value": "20000 60999"},
+        {"name": "net.ipv4.ip_unprivileged_port_start", "value": "53"}]
     out = tmp_path / "built.yaml"
     out.write_text(built)
     found = lint.check([str(out)], lint.Options(kube_version=schema.minor("1.29")))
@@ -314,3 +318,57 @@ def test_each_render_command_the_docs_show_works(tmp_path: Path, monkeypatch: py
     shutil.copy(SEED, tmp_path / "Corefile")
     monkeypatch.chdir(tmp_path)
     assert cli.main(["render", *argv]) == 0, command
+
+
+def test_the_header_says_first_what_must_exist_before_kubectl_apply() -> None:
+    text = rendered("deployment")["splitdns.yaml"]
+    header = [ln for ln in text.splitlines() if ln.startswith("#")][:10]
+    assert header[0] == "# Before `kubectl apply`:"
+    assert header[1].startswith("# 1. The image ghcr.io/splitdns/splitdns:0.1.0 is a default name, not a "
+                                "published image")
+    assert "#      docker build -t REGISTRY/splitdns:0.1.0 ." in header
+    assert "#      docker push REGISTRY/splitdns:0.1.0" in header
+    assert "#      splitdns render ... --image REGISTRY/splitdns:0.1.0" in header
+    assert header[5].startswith("# 2. The Secret openvpn-client")
+    assert ("#      kubectl -n shop create secret generic openvpn-client --from-file=client.conf=client.ovpn"
+            in header)
+    apply = "for namespace shop: apply with `kubectl apply -n shop -f splitdns.yaml`"
+    assert any(apply in ln for ln in header)
+
+
+def test_an_image_of_your_own_takes_the_build_step_out_of_the_header(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["render", *CASES["deployment"], "--image", "registry.example/splitdns:1"]) == 0
+    out = capsys.readouterr().out
+    assert "docker build" not in out and "image: registry.example/splitdns:1" in out
+    assert "# 1. The Secret openvpn-client" in out
+
+
+def test_render_help_says_first_to_build_and_push_the_image(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        cli.main(["render", "--help"])
+    description = capsys.readouterr().out.split("\n\n")[1]
+    assert description.startswith("First: the splitdns image is not published.")
+    assert "docker build" in description and "docker push" in description and "--image" in description
+
+
+def test_the_vpn_container_runs_as_the_readme_recommends() -> None:
+    doc = list(yaml.safe_load_all(rendered("deployment")["splitdns.yaml"]))[1]
+    vpn = next(c for c in doc["spec"]["template"]["spec"]["initContainers"] if c["name"] == "vpn")
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    for flag in ("--management-up-down", "--management-hold"):
+        assert flag in vpn["args"] and f"`{flag}`" in readme
+    assert vpn["args"][vpn["args"].index("--management") + 1:][:2] == ["127.0.0.1", "7505"]
+
+
+def test_one_corefile_path_for_readme_render_and_the_image() -> None:
+    root = Path(__file__).parents[1]
+    path = "/etc/coredns/Corefile"
+    assert f'CMD ["-conf", "{path}"]' in (root / "Dockerfile").read_text()
+    assert f"-conf {path}" in (root / "README.md").read_text()
+    for case in ("deployment", "deployment-coredns"):
+        doc = list(yaml.safe_load_all(rendered(case)["splitdns.yaml"]))[1]
+        dns = next(c for c in doc["spec"]["template"]["spec"]["initContainers"] if c["name"] == "dns")
+        assert dns["args"] == ["-conf", path]
+    for text in [(root / "docs" / "kubernetes.md").read_text(), (root / "README.md").read_text()]:
+        assert "/etc/splitdns" not in text

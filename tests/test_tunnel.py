@@ -5,7 +5,7 @@ from __future__ import annotations
 from splitdns import tunnel
 from splitdns.commands import openvpn_hook
 
-DHCP_PUSH = {  # LAB_PUSH=dhcp, research/ecosystem.md section 3
+DHCP_PUSH = {  # LAB_PUSH=dhcp: what a classic dhcp-option push looks like
     "script_type": "up", "dev": "tun0", "foreign_option_1": "dhcp-option DNS 192.168.240.1",
     "foreign_option_2": "dhcp-option DOMAIN svc.acme.internal", "ifconfig_local": "10.8.0.2",
 }

@@ -3,19 +3,53 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+import textwrap
 from collections.abc import Sequence
+from typing import Any
 
 from splitdns import __version__
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="splitdns",
+class _Help(argparse.HelpFormatter):
+    """Wraps every text to the terminal (argparse reads $COLUMNS, else the terminal's width), keeps
+    the line breaks of texts that have them (the exit-code lists), and shows each option's default."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        out = []
+        for line in text.splitlines():
+            stripped = line.lstrip()
+            # A list item ("  2  at least one error") wraps under its text, not under its number.
+            item = re.match(r"\s*\S+\s+", line) if line.startswith(" ") else None
+            hang = " " * len(item.group(0)) if item else " " * (len(line) - len(stripped))
+            lead = line[: len(line) - len(stripped)]
+            out.append(textwrap.fill(stripped, width, initial_indent=indent + lead,
+                                     subsequent_indent=indent + hang) if stripped else "")
+        return "\n".join(out)
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        default = action.default
+        if (text and default not in (None, False, [], argparse.SUPPRESS) and str(default) not in text
+                and (action.option_strings or action.nargs in ("?", "*"))):
+            text += " (default: %(default)s)"
+        return text
+
+
+class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", _Help)
+        super().__init__(*args, **kwargs)
+
+
+def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=prog,
         description="An in-pod split-DNS resolver for pods with an OpenVPN sidecar.",
     )
     parser.add_argument("--version", action="version", version=f"splitdns {__version__}")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
     p = commands.add_parser(
@@ -32,8 +66,9 @@ def _parser() -> argparse.ArgumentParser:
     p = commands.add_parser(
         "demo", help="Run the resolver with built-in upstreams on loopback, to try with dig.",
         description="Run the resolver on 127.0.0.1 with two small built-in upstreams on "
-                    "loopback addresses, in the seed's layout (a catch-all and the tunnel "
-                    "zone svc.acme.internal), and print dig commands to try.")
+                    "loopback addresses, in the layout of a pod with a VPN sidecar (a catch-all and "
+                    "the tunnel zone svc.acme.internal); ask it the example queries and print the "
+                    "answers, then the dig commands to try.")
     p.add_argument("--port", type=int, default=53,
                    help="Port on 127.0.0.1 (default 53; falls back to 5300 if 53 is taken).")
     p.set_defaults(run=_demo)
@@ -46,10 +81,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_check(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser(
         "check", help="Lint Corefiles, Kubernetes YAML and OpenVPN client configs together.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
         description="Read Corefiles, Kubernetes YAML (Pod, Deployment, StatefulSet, DaemonSet, Job, "
                     "CronJob, ConfigMap holding a Corefile) and OpenVPN client configs together, and "
                     "report what would break the pod's DNS, one finding per line as "
@@ -71,11 +105,14 @@ def _add_check(commands: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     p.set_defaults(run=_check)
 
 
-def _add_render(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_render(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser(
         "render", help="Write the Kubernetes manifests for the in-pod resolver.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Write what a user applies: the ConfigMap holding the Corefile and the pod-spec "
+        description="First: the splitdns image is not published. Build it from the repository's "
+                    "Dockerfile and push it where your cluster pulls from (docker build -t "
+                    "REGISTRY/splitdns:VERSION . && docker push REGISTRY/splitdns:VERSION), then pass "
+                    "--image REGISTRY/splitdns:VERSION; the default name below pulls nothing. "
+                    "Writes what a user applies: the ConfigMap holding the Corefile and the pod-spec "
                     "changes (dnsPolicy None, nameserver 127.0.0.1, the namespace's search list), "
                     "with the DNS container as a native sidecar. --form deployment (default) gives a "
                     "full example Deployment (app, vpn, dns); --form component a kustomize Component "
@@ -112,7 +149,9 @@ def _add_render(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     form.add_argument("--cluster-wide", action="store_const", const="cluster-wide", dest="form",
                       help="The server block to add to kube-system/coredns instead (not recommended).")
     p.add_argument("--name", default="app", help="The Deployment's name (default app).")
-    p.add_argument("--image", default="ghcr.io/splitdns/splitdns:0.1.0", help="The splitdns image.")
+    p.add_argument("--image", default="ghcr.io/splitdns/splitdns:0.1.0",
+                   help="The splitdns image you built and pushed (the default is a name, not a published "
+                        "image).")
     p.add_argument("--coredns-image", default="coredns/coredns:1.12.1", help="The CoreDNS image.")
     p.add_argument("--app-image", default="your-app-image", help="The app image of the full example.")
     p.add_argument("--vpn-image", default="your-openvpn-client-image",
@@ -123,7 +162,7 @@ def _add_render(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.set_defaults(run=_render)
 
 
-def _add_explain(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_explain(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser(
         "explain", help="Say which block, forward and upstreams answer a name, and why.",
         description="Say which server block answers NAME, which forward and upstreams, and why (a zone "
@@ -137,7 +176,7 @@ def _add_explain(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.set_defaults(run=_explain)
 
 
-def _add_openvpn_hook(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_openvpn_hook(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser(
         "openvpn-hook", help="OpenVPN's --up/--down script: tell splitdns serve what the VPN pushed.",
         description="Meant to be OpenVPN's --up and --down script (with --script-security 2; give "
@@ -152,11 +191,10 @@ def _add_openvpn_hook(commands: argparse._SubParsersAction[argparse.ArgumentPars
     p.set_defaults(run=_openvpn_hook)
 
 
-def _add_verify(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_verify(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser(
         "verify", help="Check both zones, the pod spec and the TCP path; write an artifact for the ticket.",
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-        description="Run the seed's verification: ask each name through 127.0.0.1 (and, when it "
+        description="Run the verification procedure: ask each name through 127.0.0.1 (and, when it "
                     "fails, its zone's upstream directly), read the pod's resolv.conf, check the "
                     "TCP paths, and give one verdict that separates a naming problem from a routing "
                     "problem. Locally (inside the pod or any network namespace), or in a running pod "
@@ -170,6 +208,9 @@ def _add_verify(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
                "  6  the pod spec is wrong (worked before the replacement and not after, or the "
                "pod's resolv.conf does not name only 127.0.0.1)\n"
                "  7  names resolve, the service refuses connections")
+    p.add_argument("target", nargs="?", metavar="TARGET",
+                   help="A pod to run in, as for --kubectl (deploy/app, pod/NAME): `kubectl splitdns "
+                        "verify deploy/app`.")
     p.add_argument("--name", action="append", default=[], dest="names", metavar="NAME",
                    help="A name to resolve (repeat; default kubernetes.default.svc.cluster.local).")
     p.add_argument("--tcp", action="append", default=[], metavar="HOST:PORT",
@@ -235,11 +276,18 @@ def _verify(a: argparse.Namespace) -> int:
 
     return verify.run(verify.Options(
         names=a.names, tcp=a.tcp, port=a.port, conf=a.conf, resolv_conf=a.resolv_conf, out=a.out,
-        emit=a.emit, kubectl=a.kubectl, namespace=a.namespace, container=a.container,
+        emit=a.emit, kubectl=a.kubectl or a.target, namespace=a.namespace, container=a.container,
         replace=a.replace, timeout=a.timeout))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
+def main(argv: Sequence[str] | None = None, prog: str = "splitdns") -> int:
+    args = _parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
+    if getattr(args, "target", None) and args.kubectl:
+        _parser(prog).error("verify: give the pod once, as TARGET or as --kubectl")
     code: int = args.run(args)
     return code
+
+
+def kubectl_plugin() -> int:
+    """`kubectl-splitdns` on PATH makes `kubectl splitdns ...` run splitdns (krew-style plugins)."""
+    return main(prog="kubectl splitdns")

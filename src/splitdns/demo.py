@@ -1,6 +1,6 @@
 """`splitdns demo`: the resolver with two small built-in upstreams, all on loopback.
 
-The layout is the seed's: a catch-all block forwarding to a stand-in for the cluster DNS,
+The layout is a pod's with a VPN sidecar: a catch-all block forwarding to a stand-in for the cluster DNS,
 and a `svc.acme.internal` block forwarding to a stand-in for the DNS server behind the
 tunnel. Every answer says who gave it, so a newcomer can see the split with `dig`.
 """
@@ -20,8 +20,8 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
-CLUSTER_ADDR = "127.0.100.10"   # plays kube-dns (10.100.0.10 in the seed)
-TUNNEL_ADDR = "127.0.240.1"     # plays the DNS pushed by the VPN (192.168.240.1 in the seed)
+CLUSTER_ADDR = "127.0.100.10"   # plays kube-dns (10.100.0.10 in the README's example)
+TUNNEL_ADDR = "127.0.240.1"     # plays the DNS pushed by the VPN (192.168.240.1 there)
 
 CLUSTER_RECORDS = {
     "kubernetes.default.svc.cluster.local.": "10.96.0.1",
@@ -34,7 +34,7 @@ TUNNEL_RECORDS = {
 }
 
 COREFILE = """\
-# The seed's layout, on loopback: a catch-all and the tunnel zone.
+# A pod's layout, on loopback: a catch-all (the cluster DNS) and the tunnel zone.
 .:{port} {{
     errors
     cache 30

@@ -1,4 +1,4 @@
-"""The seed's verification procedure as a decision: observations in, one verdict out. Pure.
+"""The verification procedure as a decision: observations in, one verdict out. Pure.
 
 The order of the rules is the order a tired engineer should look in: is the resolver there
 at all; does the pod even use it; is the tunnel down (the resolver says so); does a zone fail

@@ -1,6 +1,6 @@
 """Client input: read a query fast when it is plain, with dnspython otherwise, or say what to answer.
 
-Rules (miekg/dns and Unbound agree, see research/reliability-anchors.md 2.5): nothing at
+Rules (miekg/dns and Unbound agree): nothing at
 all for fewer than 12 bytes or for a packet with QR set (any reply could amplify an
 attack); NOTIMP for an opcode other than QUERY; FORMERR for anything that does not parse,
 does not hold exactly one question, or carries answer or authority records or more than

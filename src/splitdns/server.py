@@ -2,7 +2,7 @@
 
 UDP sockets are read with `loop.add_reader` and recvmmsg in batches (datagrams.py), not
 a `DatagramProtocol`: the stock transport reads 256 KiB per datagram, which costs an
-mmap/munmap per query (research/perf-anchors.md). Cache hits are answered inside the
+mmap/munmap per query. Cache hits are answered inside the
 read callback, with no task and no dnspython, and sent with one sendmmsg per batch. At a
 pod's rates a wakeup finds one query, and recvfrom/sendto (C methods) cost less than the
 ctypes calls: `Listener.reader` picks per wakeup. A miss is a task awaiting the exchange:

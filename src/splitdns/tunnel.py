@@ -2,7 +2,7 @@
 
 Two sources speak the same language: the environment OpenVPN gives its `--up`/`--down`
 scripts, and the `>UPDOWN:ENV,name=value` lines of its management interface with
-`--management-up-down`. Names (OpenVPN 2.6, checked on 2.6.14, see research/ecosystem.md):
+`--management-up-down`. Names (OpenVPN 2.6, checked on 2.6.14):
 
 - `foreign_option_N` = `dhcp-option DNS 192.0.2.1` | `DNS6 2001:db8::1` | `DOMAIN d` |
   `DOMAIN-SEARCH d` | `DOMAIN-ROUTE d` | `ADAPTER_DOMAIN_SUFFIX d` (no port: lost in the copy)

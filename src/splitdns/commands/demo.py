@@ -1,4 +1,4 @@
-"""`splitdns demo`: run the resolver in the seed's layout against built-in loopback upstreams."""
+"""`splitdns demo`: run the resolver in a VPN pod's layout against built-in loopback upstreams."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""`splitdns verify`: the seed's verification procedure, with a verdict and an artifact for the ticket.
+"""`splitdns verify`: the verification procedure (naming or routing?), with a verdict and an
+artifact for the ticket.
 
 Local mode runs the checks here (inside the pod, or any network namespace). Cluster mode
 runs the same checks inside the pod through `kubectl exec`, replaces the pod, waits for

@@ -1,6 +1,6 @@
 """Corefile text for a plan: for the in-pod splitdns, for an in-pod CoreDNS, or the cluster-wide block.
 
-Each starts with the ownership record the seed asks for: zone -> owner -> upstream -> source.
+Each starts with the ownership record: zone -> owner -> upstream -> source.
 """
 
 from __future__ import annotations

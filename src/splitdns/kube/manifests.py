@@ -21,6 +21,9 @@ UNPRIVILEGED_PORT_SYSCTL = "net.ipv4.ip_unprivileged_port_start"
 HEALTH_PORT, READY_PORT = 8080, 8181
 NONROOT_UID = 65532
 COREFILE_VOLUME = "splitdns-corefile"
+# CoreDNS's path, for both images: a pod spec written for CoreDNS then works unchanged with ours,
+# and the image's default CMD (Dockerfile) reads the same file.
+COREFILE_DIR = "/etc/coredns"
 
 
 DEFAULT_IMAGE = "ghcr.io/splitdns/splitdns:0.1.0"
@@ -63,12 +66,11 @@ def _probe(path: str, port: str, period: int, failures: int) -> Doc:
 
 def dns_container(plan: Plan, opts: Options) -> Doc:
     coredns = plan.resolver == "coredns"
-    conf_dir = "/etc/coredns" if coredns else "/etc/splitdns"
     container: Doc = {
         "name": "dns",
         "image": opts.coredns_image if coredns else opts.image,
         # Our image's entrypoint is `splitdns serve`, so CoreDNS's own arguments work for both.
-        "args": ["-conf", f"{conf_dir}/Corefile"],
+        "args": ["-conf", f"{COREFILE_DIR}/Corefile"],
         "ports": [
             {"name": "health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
             {"name": "ready", "containerPort": READY_PORT, "protocol": "TCP"},
@@ -92,7 +94,7 @@ def dns_container(plan: Plan, opts: Options) -> Doc:
         "capabilities": {"drop": ["ALL"]},
         "seccompProfile": {"type": "RuntimeDefault"},
     }
-    container["volumeMounts"] = [{"name": COREFILE_VOLUME, "mountPath": conf_dir, "readOnly": True}]
+    container["volumeMounts"] = [{"name": COREFILE_VOLUME, "mountPath": COREFILE_DIR, "readOnly": True}]
     return container
 
 
@@ -106,17 +108,23 @@ def startup_path(plan: Plan) -> str:
     return "/ready?" + "&".join(f"zone={z}" for z in zones)
 
 
-def dns_pod_spec(plan: Plan) -> Doc:
-    """The pod-level fields the split needs: one nameserver, the search list the cluster would give."""
-    return {
+PORT_SYSCTL: Doc = {"name": UNPRIVILEGED_PORT_SYSCTL, "value": "53"}
+
+
+def dns_pod_spec(plan: Plan, sysctls: bool = True) -> Doc:
+    """The pod-level fields the split needs: one nameserver, the search list the cluster would give,
+    and (unless the caller merges it in another way) the sysctl that lets a non-root process bind 53."""
+    spec: Doc = {
         "dnsPolicy": "None",
         "dnsConfig": {
             "nameservers": ["127.0.0.1"],
             "searches": plan.searches(),
             "options": [{"name": "ndots", "value": str(plan.ndots)}],
         },
-        "securityContext": {"sysctls": [{"name": UNPRIVILEGED_PORT_SYSCTL, "value": "53"}]},
     }
+    if sysctls:
+        spec["securityContext"] = {"sysctls": [dict(PORT_SYSCTL)]}
+    return spec
 
 
 def _volume(opts: Options) -> Doc:
@@ -129,7 +137,8 @@ def vpn_container(plan: Plan, opts: Options) -> Doc:
         # The resolver learns the pushed DNS from the management interface; it shares the pod's
         # network namespace, so loopback is enough and nothing else can reach it.
         host, _, port = plan.management.rpartition(":")
-        args += ["--management", host, port, "--management-up-down"]
+        # --management-hold: OpenVPN waits until the resolver attaches, so the first UP is never missed.
+        args += ["--management", host, port, "--management-up-down", "--management-hold"]
     container: Doc = {"name": "vpn", "image": opts.vpn_image, "args": args}
     if opts.sidecar == "native":
         container["restartPolicy"] = "Always"
@@ -180,11 +189,18 @@ def _pod_annotations(plan: Plan, corefile: str) -> Doc:
     return {ANNOTATION_OWNERS: owners(plan), ANNOTATION_COREFILE: digest}
 
 
+def _containers_key(opts: Options) -> str:
+    return "initContainers" if opts.sidecar == "native" else "containers"
+
+
 def patch(plan: Plan, opts: Options) -> Doc:
-    """A strategic-merge patch that adds the DNS part to an existing Deployment named opts.name."""
-    spec: Doc = dns_pod_spec(plan)
-    key = "initContainers" if opts.sidecar == "native" else "containers"
-    spec[key] = [dns_container(plan, opts)]
+    """A strategic-merge patch that adds the DNS part to an existing Deployment named opts.name.
+    The sysctl is not in it: a strategic merge replaces a pod's `sysctls` list (it has no merge
+    key), so the component appends it with a replacement instead (`sysctl_replacement`)."""
+    spec: Doc = dns_pod_spec(plan, sysctls=False)
+    dns = dns_container(plan, opts)
+    dns["env"] = [dict(PORT_SYSCTL)]  # the replacement's source: a {name, value} pair, quoted "53"
+    spec[_containers_key(opts)] = [dns]
     spec["volumes"] = [_volume(opts)]
     return {
         "apiVersion": "apps/v1",
@@ -206,4 +222,21 @@ def component(plan: Plan, opts: Options, corefile: str, patch_text: str) -> Doc:
             "literals": [f"Corefile={corefile}"],
         }],
         "patches": [{"target": {"kind": "Deployment", "name": opts.name}, "patch": patch_text}],
+        "replacements": [sysctl_replacement(opts)],
+    }
+
+
+def sysctl_replacement(opts: Options) -> Doc:
+    """Adds the port sysctl to the pod's `sysctls`, keeping the ones the Deployment has: kustomize's
+    `create` on a `[name=...]` path appends an element (or updates that one sysctl) where a strategic
+    merge would replace the list. The element is copied whole from the dns container's env, so
+    its value stays the string "53" (a scalar copied into a created field would turn into a number)."""
+    path = f"spec.template.spec.{_containers_key(opts)}.[name=dns].env.[name={UNPRIVILEGED_PORT_SYSCTL}]"
+    return {
+        "source": {"kind": "Deployment", "name": opts.name, "fieldPath": path},
+        "targets": [{
+            "select": {"kind": "Deployment", "name": opts.name},
+            "fieldPaths": [f"spec.template.spec.securityContext.sysctls.[name={UNPRIVILEGED_PORT_SYSCTL}]"],
+            "options": {"create": True},
+        }],
     }

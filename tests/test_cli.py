@@ -1,0 +1,98 @@
+"""The command line as a user meets it: every --help wrapped to the terminal with its defaults shown,
+and the kubectl plugin entry point, run as installed (through kubectl itself when it is here)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from splitdns import cli
+
+
+def _parsers() -> list[argparse.ArgumentParser]:
+    top = cli._parser()
+    subs = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
+    return [top, *subs.choices.values()]
+
+
+@pytest.mark.parametrize("width", [60, 100])
+def test_every_help_is_wrapped_to_the_terminal(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    monkeypatch.setenv("COLUMNS", str(width))
+    for parser in _parsers():
+        text = parser.format_help()
+        # argparse leaves 2 columns spare; a single word longer than the line may not be broken, nor
+        # one group of mutually exclusive options in the usage line.
+        long = [ln for ln in text.splitlines() if len(ln) > width - 2 and len(ln.split()) > 1
+                and not (ln.strip().startswith("[") and ln.strip().endswith("]") and ln.count("[") == 1)]
+        assert not long, f"{parser.prog}:\n" + "\n".join(long)
+
+
+def test_every_help_shows_the_defaults() -> None:
+    checked = 0
+    for parser in _parsers():
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if action.default in (None, False, [], argparse.SUPPRESS) or action.help == argparse.SUPPRESS:
+                continue
+            if not (action.option_strings or action.nargs in ("?", "*")):
+                continue
+            shown = formatter._expand_help(action)
+            assert str(action.default) in shown, f"{parser.prog} {action.option_strings}: {shown}"
+            checked += 1
+    assert checked >= 15
+
+
+def test_exit_code_lists_keep_their_lines(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "60")
+    verify = next(p for p in _parsers() if p.prog.endswith(" verify"))
+    text = verify.format_help()
+    assert "\n  0  all good\n" in text
+    # A long item wraps under its text, not under its number.
+    lines = text.splitlines()
+    six = lines[next(i for i, ln in enumerate(lines) if ln.startswith("  6  ")) + 1]
+    assert six.startswith("     ") and not six.startswith("      ")
+
+
+def _installed(script: str) -> Path:
+    path = Path(sys.executable).parent / script
+    if not path.exists():
+        pytest.skip(f"{script} is not installed in this environment (pip install -e . installs it)")
+    return path
+
+
+def test_the_kubectl_plugin_script_runs_render_and_names_itself_kubectl_splitdns(tmp_path: Path) -> None:
+    plugin = _installed("kubectl-splitdns")
+    done = subprocess.run([str(plugin), "render", "--cluster-wide", "--zone",
+                           "svc.acme.internal=192.168.240.1"],
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "svc.acme.internal:53 {" in done.stdout
+    usage = subprocess.run([str(plugin), "verify", "--help"], capture_output=True, text=True, timeout=60,
+                           check=True).stdout
+    assert usage.startswith("usage: kubectl splitdns verify")
+
+
+@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
+def test_kubectl_finds_the_plugin_on_path(tmp_path: Path) -> None:
+    plugin = _installed("kubectl-splitdns")
+    # No cluster is involved: KUBECONFIG points nowhere, and render reads none.
+    env = {**os.environ, "PATH": f"{plugin.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           "KUBECONFIG": str(tmp_path / "none")}
+    done = subprocess.run(["kubectl", "splitdns", "render", "--zone", "svc.acme.internal=openvpn",
+                           "--cluster-dns", "10.96.0.10", "--namespace", "shop"],
+                          capture_output=True, text=True, env=env, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "kubectl -n shop create secret generic openvpn-client" in done.stdout
+
+
+def test_verify_takes_the_pod_as_kubectl_plugins_do() -> None:
+    args = cli._parser().parse_args(["verify", "deploy/app", "-n", "shop"])
+    assert (args.target, args.namespace) == ("deploy/app", "shop")
+    with pytest.raises(SystemExit):
+        cli.main(["verify", "deploy/app", "--kubectl", "deploy/other"])
