@@ -115,10 +115,47 @@ def upstreams() -> tuple[StaticUpstream, StaticUpstream]:
                            "svc.acme.internal."))
 
 
+# What the demo asks itself once it is up, with what each one shows.
+EXAMPLES = (
+    ("kubernetes.default.svc.cluster.local", "catch-all block -> cluster DNS stand-in"),
+    ("db.svc.acme.internal", "svc.acme.internal block -> tunnel DNS stand-in"),
+    ("svc.acme.internal.example.net", "NOT in svc.acme.internal: zones end on whole labels"),
+)
+
+
+def ask_examples(port: int, timeout: float = 2.0) -> list[str]:
+    """Ask the running demo resolver (127.0.0.1:port) the example names, as dig would: the address
+    and which upstream answered (its TXT record says), one line per name. Blocking: run it in a
+    thread. Three names, two queries each, each bounded by `timeout`."""
+    lines = []
+    for name, meaning in EXAMPLES:
+        address = _ask(name, dns.rdatatype.A, port, timeout)
+        who = _ask(name, dns.rdatatype.TXT, port, timeout)
+        lines.append(f"  {name:<38} -> {address:<15} {who}")
+        lines.append(f"  {'':<38}    ({meaning})")
+    return lines
+
+
+def _ask(name: str, rdtype: dns.rdatatype.RdataType, port: int, timeout: float) -> str:
+    import dns.query
+
+    try:
+        reply = dns.query.udp(dns.message.make_query(name, rdtype), "127.0.0.1", timeout=timeout, port=port)
+    except (dns.exception.DNSException, OSError) as err:
+        return f"no answer ({'timed out' if isinstance(err, dns.exception.Timeout) else err})"
+    if reply.rcode() != dns.rcode.NOERROR or not reply.answer:
+        return dns.rcode.to_text(reply.rcode())
+    rdata = reply.answer[0][0]
+    if rdtype == dns.rdatatype.TXT:
+        return b"".join(rdata.strings).decode()
+    return str(rdata)
+
+
 def instructions(port: int) -> str:
     p = "" if port == 53 else f" -p {port}"
     return f"""\
-splitdns demo is answering on 127.0.0.1:{port}. Try, from another terminal:
+splitdns demo is answering on 127.0.0.1:{port}. Try it yourself from another terminal, with dig
+(Debian and Ubuntu: apt-get install bind9-dnsutils):
 
   dig @127.0.0.1{p} kubernetes.default.svc.cluster.local     # catch-all block -> cluster DNS stand-in
   dig @127.0.0.1{p} db.svc.acme.internal                      # svc.acme.internal block -> tunnel stand-in

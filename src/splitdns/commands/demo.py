@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import errno
 import sys
 
@@ -33,7 +34,13 @@ async def _main(port: int) -> int:
             logs.error(str(err))
             return serve.EXIT_START
         print(demo.corefile(candidate, cluster, tunnel))
+        serving = asyncio.ensure_future(runtime.run_until_signalled())
+        # Ask itself the examples (in a thread: the resolver answers on this loop meanwhile), so
+        # the split shows even where dig is not installed.
+        answers = await asyncio.get_running_loop().run_in_executor(None, demo.ask_examples, candidate)
+        print(f"splitdns demo asked itself, on 127.0.0.1:{candidate}:")
+        print("\n".join(answers) + "\n")
         print(demo.instructions(candidate), flush=True)
-        return await runtime.run_until_signalled()
+        return await serving
     print("splitdns demo: no free port; pass --port N", file=sys.stderr)
     return serve.EXIT_START
