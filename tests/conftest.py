@@ -46,10 +46,18 @@ def _recording(main: Callable[..., int]) -> Callable[..., int]:
 def no_repr_reaches_a_user(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     """Every command run through cli.main, every serve log, dig output and HTTP body of the test."""
     monkeypatch.setattr(cli, "main", _recording(cli.main))
-    user_text.take()
     yield
+    # Also what a fixture of a wider scope recorded when it ended (a lab's resolver log).
     found = user_text.reprs(user_text.take())
     assert not found, "Python object reprs reached a user:\n" + "\n".join(
         f"  {f.source}: {f.line}" for f in found)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """What session-scoped fixtures recorded as they ended, after the last test's check."""
+    found = user_text.reprs(user_text.take())
+    if found:
+        print("\nPython object reprs reached a user:\n" + "\n".join(f"  {f.source}: {f.line}" for f in found))
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 

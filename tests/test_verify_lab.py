@@ -127,6 +127,9 @@ def test_cluster_mode_replacement_with_the_kubelets_resolv_conf_blames_the_pod_s
     finally:
         lab.pod_spec = original
         lab.replace_pod()
+    from tests.support import user_text
+
+    user_text.seen("splitdns verify --kubectl", done.stdout + done.stderr)
     assert done.returncode == 6, done.stdout + done.stderr
     assert "The Corefile is right but the pod spec is not" in done.stdout
     markdown = (tmp_path / "cluster.md").read_text()

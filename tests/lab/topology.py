@@ -153,6 +153,10 @@ class Lab(Probes):
         with _signals_deferred():
             stop_all(list(self.procs.values()), grace=1.0)
             self.procs.clear()
+            with contextlib.suppress(OSError):  # what the pod's resolver told its user, before it goes
+                from tests.support import user_text
+
+                user_text.seen("lab resolver log", self.log("resolver").read_text(errors="replace"))
             destroy(self.record)
             self.last_prefix = self.record.prefix
             self.record = None
