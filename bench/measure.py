@@ -198,7 +198,7 @@ def parse_dnsperf(text: str) -> DnsperfResult:
 
 def dnsperf_argv(addr: str, port: int, names: Path, seconds: float, *, once: bool = False,
                  rate: int | None = None, verbose: bool = False) -> list[str]:
-    """The load shape of research/perf-anchors.md: 4 sockets, 100 in flight, 2 s timeout."""
+    """The load shape used throughout: 4 sockets, 100 in flight, 2 s timeout."""
     argv = ["dnsperf", "-s", addr, "-p", str(port), "-d", str(names), "-l", f"{seconds:g}",
             "-c", "4", "-q", "100", "-t", "2"]
     if once:
@@ -310,7 +310,7 @@ def first_answer(addr: str, port: int, name: str, t0: float, alive: Callable[[],
 def check_answers(addr: str, port: int, names: Iterable[str]) -> list[str]:
     """Problems with the server's answers (NOERROR with an A record expected); [] if none.
 
-    Catches the trap in research/perf-anchors.md: a server answering NXDOMAIN or REFUSED
+    Catches a classic benchmark trap: a server answering NXDOMAIN or REFUSED
     from its own policy at great speed, never asking the upstream.
     """
     problems = []

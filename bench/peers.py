@@ -2,8 +2,8 @@
 
 Every server listens on its own 127.0.0.x address and forwards to the same NSD. Each is
 configured so that the comparison is about forwarding and caching only: no DNSSEC
-validation, no logging, one thread where the server allows it (see research/perf-anchors.md
-for how each setting was found).
+validation, no logging, one thread where the server allows it (each setting's reason is
+given beside it).
 """
 
 from __future__ import annotations
@@ -164,7 +164,7 @@ forward-zone:
 def dnsmasq(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
     host, up_port = upstream.split(":")
     # cache-size stays at its default (150): with 100000 dnsmasq answers ~27k misses/s while
-    # its cache fills and then collapses to ~76 qps at 100 % CPU (research/perf-anchors.md).
+    # its cache fills and then collapses to ~76 qps at 100 % CPU (measured here).
     argv = ("dnsmasq", "--conf-file=/dev/null", "--keep-in-foreground", "--no-resolv", "--no-hosts",
             "--bind-interfaces", f"--listen-address={addr}", f"--port={port}",
             f"--server={host}#{up_port}", "--user=root", "--pid-file=",
