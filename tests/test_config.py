@@ -72,6 +72,8 @@ def test_dns_port_flag_changes_the_default_port_only() -> None:
     ("example.org {\n forward . 192.0.2.1 {\n  failover NOERROR\n }\n}\n", 3, "cannot trigger a failover"),
     ("example.org {\n forward . 192.0.2.1 {\n  tls_servername x\n }\n}\n", 3,
      "forward: unknown option 'tls_servername'; supported: except, force_tcp"),
+    ("example.org {\n forward . 192.0.2.1 {\n  failfast_all_unhealthy_upstreams no\n }\n}\n", 3,
+     "'no' is neither `on` nor `off`"),
     ("example.org {\n cache 0\n}\n", 2, "cache TTL: 0 is out of range"),
     ("example.org {\n cache {\n  prefetch 10\n }\n}\n", 3, "cache: unknown option 'prefetch'"),
     ("example.org {\n cache {\n  servfail 10m\n }\n}\n", 3, "servfail: at most 5m"),
@@ -110,6 +112,17 @@ def test_forward_targets_and_options() -> None:
     assert spec.failover == frozenset({2, 5})
     assert (spec.read_timeout, spec.expire) == (0.5, 90.0)
     assert resolve.ForwardState.of(spec).attempts() == 8  # CoreDNS: twice the number of upstreams
+
+
+@pytest.mark.parametrize(("option", "fails_fast"), [
+    ("", True),                                           # our default (CoreDNS: off)
+    ("failfast_all_unhealthy_upstreams", True),           # CoreDNS's spelling still means on
+    ("failfast_all_unhealthy_upstreams on", True),
+    ("failfast_all_unhealthy_upstreams off", False),      # CoreDNS's behaviour back
+])
+def test_failing_fast_is_on_unless_turned_off(option: str, fails_fast: bool) -> None:
+    spec = load(f"example.org {{\n forward . 192.0.2.1 {{\n  {option}\n }}\n}}\n").blocks[0].forwards[0]
+    assert spec.failfast_all_unhealthy is fails_fast
 
 
 def test_several_forward_lines_keep_file_order() -> None:

@@ -14,17 +14,29 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from splitdns import __version__
-from splitdns.metrics import ProcessStats
+from splitdns.metrics import ProcessStats, ZoneStats
 
 if TYPE_CHECKING:
     from splitdns.resolve import Zone
 
-class ServerCollector(Collector):
-    """Reads the live server's state at scrape time; `zones` returns (server label, Zone)."""
+# CoreDNS's zone label for replies no zone gave (no zone matches, a class other than IN,
+# FORMERR, NOTIMP): every answer is counted somewhere.
+DROPPED = "dropped"
 
-    def __init__(self, zones: Callable[[], Iterable[tuple[str, Zone]]], process: ProcessStats) -> None:
+
+class ServerCollector(Collector):
+    """Reads the live server's state at scrape time; `zones` returns (server label, Zone),
+    `unrouted` (server label, the counts of replies no zone gave), `readiness` whether a
+    `ready` directive defines readiness (splitdns_zone_ready is left out without one: no
+    probe runs then, and a 0 would read as "not ready" on a dashboard)."""
+
+    def __init__(self, zones: Callable[[], Iterable[tuple[str, Zone]]], process: ProcessStats,
+                 unrouted: Callable[[], Iterable[tuple[str, ZoneStats]]] = lambda: (),
+                 readiness: Callable[[], bool] = lambda: True) -> None:
         self.zones = zones
         self.process = process
+        self.unrouted = unrouted
+        self.readiness = readiness
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         yield from self._process()
@@ -37,16 +49,17 @@ class ServerCollector(Collector):
                                           "Histogram of the time (in seconds) each request took.",
                                           labels=["server", "zone", "view", "type"])
         cache = _CacheFamilies()
-        upstream = _UpstreamFamilies()
-        for server, zone in self.zones():
-            name = zone.block.zones[0]
-            stats = zone.stats
+        upstream = _UpstreamFamilies(self.readiness())
+        counted = [(server, zone.block.zones[0], zone.stats) for server, zone in self.zones()]
+        counted += [(server, DROPPED, stats) for server, stats in self.unrouted()]
+        for server, name, stats in counted:
             for (proto, family, qtype), count in stats.requests.items():
                 requests.add_metric([server, name, "", proto, family, qtype], count)
             for rcode, count in stats.responses.items():
                 responses.add_metric([server, name, "", rcode, ""], count)
             for qtype, hist in stats.durations.items():
                 durations.add_metric([server, name, "", qtype], hist.buckets(), hist.sum)
+        for server, zone in self.zones():
             cache.add(server, zone)
             upstream.add(zone)
         yield requests
@@ -111,7 +124,8 @@ class _CacheFamilies:
 
 
 class _UpstreamFamilies:
-    def __init__(self) -> None:
+    def __init__(self, readiness: bool) -> None:
+        self.readiness = readiness
         self.duration = HistogramMetricFamily("coredns_proxy_request_duration_seconds",
                                               "Histogram of the time each request took.",
                                               labels=["proxy_name", "to", "rcode"])
@@ -148,7 +162,8 @@ class _UpstreamFamilies:
                 self.fails.add_metric([name, state.label], state.fails)
         self.loops.add_metric([name], zone.stats.loops_detected)
         self.private.add_metric([name], zone.stats.private_removed)
-        self.ready.add_metric([name], 1 if zone.ready and not zone.loop_error else 0)
+        if self.readiness:
+            self.ready.add_metric([name], 1 if zone.ready and not zone.loop_error else 0)
 
     def families(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         self.broken.add_metric([], self._broken)

@@ -8,7 +8,8 @@ the tunnel zone already answers at once (SERVFAIL with a reason, or stale) while
 down. `/ready` goes 503 again only for what the pod itself must fix or is doing: a
 forwarding loop detected, or shutting down. `/ready?zone=Z` is live: 503 while Z has not
 answered yet, while all its upstreams are marked down, or while it loops, so a startup
-probe can hold the app until the tunnel zone answers.
+probe can hold the app until the tunnel zone answers. Live also without traffic: the check
+probes Z's upstreams that have been silent for READY_HEARD_WITHIN.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import secrets
 import signal
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import dns.rcode
 import dns.rdatatype
@@ -31,10 +33,17 @@ from splitdns import config, corefile, http, logs, metrics, openvpn, resolve, wi
 from splitdns.directives.forward import Upstream
 from splitdns.directives.openvpn import OpenVPNSpec
 from splitdns.errors import ConfigError
-from splitdns.server import Server, spawn_into, upstream_budget
+from splitdns.server import Server, spawn_into
 from splitdns.tunnel import TunnelState
 
 PROBE_INTERVAL = 1.0
+# /ready?zone=Z probes the zone's upstreams that have not replied for this long, so the check
+# follows the upstream and not the last client's luck; a dead one reads down after
+# max_fails + 1 failed probes (about 3 s with the defaults).
+READY_HEARD_WITHIN = 3.0
+# After SIGTERM (and the lameduck), queries still waiting upstream get this long to finish;
+# then the process exits, health probes or not. The kubelet's patience is not ours to spend.
+STOP_DRAIN = 0.5
 LOOP_PROBE_ATTEMPTS = 30  # CoreDNS: every second for up to 30 s until one exchange succeeds
 
 
@@ -45,6 +54,14 @@ def digest(blocks: list[corefile.ServerBlock]) -> str:
 
     data = [[[k.text for k in b.keys], [statement(d) for d in b.directives]] for b in blocks]
     return hashlib.sha512(json.dumps(data).encode()).hexdigest()
+
+
+def _fingerprint(path: str, error: str) -> str:
+    """A Corefile that does not parse, told apart by its bytes (when readable) and its error."""
+    data = hashlib.sha512(error.encode())
+    with contextlib.suppress(OSError):
+        data.update(Path(path).read_bytes())
+    return data.hexdigest()
 
 
 @dataclass
@@ -99,9 +116,14 @@ class Runtime:
             task.cancel()
         for _, task in self._watchers.values():
             task.cancel()
-        await self.server.drain(upstream_budget(self.server.config))
+        await self.server.drain(STOP_DRAIN)
+        self.close()
+
+    def close(self) -> None:
+        """Free every port at once, so a new process can take them right away."""
         for srv in self._http:
             srv.close()
+        self._http.clear()
         self.server.close()
 
     # -- HTTP endpoints ----------------------------------------------------------------------
@@ -119,7 +141,10 @@ class Runtime:
 
             from splitdns import exposition
 
-            registry = exposition.registry(exposition.ServerCollector(self._zones_for_metrics, self.process))
+            registry = exposition.registry(exposition.ServerCollector(
+                self._zones_for_metrics, self.process,
+                lambda: [(f"dns://:{port}", stats) for port, stats in self.server.unrouted.items()],
+                lambda: self.server.config.ready is not None))
 
             def scrape(_: dict[str, list[str]]) -> http.Response:
                 return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
@@ -154,6 +179,10 @@ class Runtime:
                 known = ", ".join(z.name for z in zones)
                 return 404, "text/plain", f"no such zone; zones: {known}\n".encode()
             problems = [f"{z.name}: {why}" for z in chosen for ok, why in [z.healthy_now()] if not ok]
+            now = self.server.clock()
+            for zone in chosen:
+                for fwd, state in zone.unheard(now, READY_HEARD_WITHIN):
+                    self.server.probes.check(fwd, state)
         else:
             problems = [f"{z.name}: {z.loop_error or z.not_ready_reason}" for z in zones
                         if z.loop_error or not z.ready]
@@ -242,7 +271,15 @@ class Runtime:
         assert self.path is not None
         version = ""
         try:
-            blocks = corefile.load(self.path)
+            try:
+                blocks = corefile.load(self.path)
+            except ConfigError as err:
+                # Not parsed, so no digest of the blocks: the file's bytes and the error
+                # stand for it, and it is reported once until either changes, not at every poll.
+                version = "unparsed:" + _fingerprint(self.path, str(err))
+                if version == self.failed_version:
+                    return False
+                raise
             version = digest(blocks)
             if version in (self.version, self.failed_version):
                 return False

@@ -3,7 +3,8 @@
 After an upstream fails once, it is probed (`. IN NS`, RD as `health_check ... no_rec` says)
 every `health_check` interval until any reply comes back: a reply of any rcode means the
 upstream is alive, and it returns to service at once. Meanwhile `max_fails` failures in a row
-mark it down, and exchanges skip it (resolve.Exchange).
+mark it down, and exchanges skip it (resolve.Exchange). A live readiness check probes an
+upstream that has been silent for a while the same way (`check`).
 """
 
 from __future__ import annotations
@@ -31,14 +32,22 @@ class UpstreamProbes:
         """An exchange just failed on this upstream: probe it, unless a probe already runs."""
         if state.fails > 0 and not state.probing and fwd.spec.max_fails > 0:
             state.probing = True
-            self.spawn(self._probe(fwd, state))
+            self.spawn(self._probe(fwd, state, fwd.spec.health_check))
 
-    async def _probe(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
+    def check(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
+        """Probe this upstream now (a readiness check found it silent for a while); a failed
+        probe goes on as after a failed exchange, so it is marked down as queries would."""
+        if not state.probing and fwd.spec.max_fails > 0:
+            state.probing = True
+            self.spawn(self._probe(fwd, state, 0.0, once_at_least=True))
+
+    async def _probe(self, fwd: resolve.ForwardState, state: resolve.UpstreamState, wait: float,
+                     once_at_least: bool = False) -> None:
         spec = fwd.spec
         name = wire.name_to_wire(spec.health_check_name)
-        wait = spec.health_check
         try:
-            while state.fails > 0:
+            while state.fails > 0 or once_at_least:
+                once_at_least = False
                 await asyncio.sleep(wait)
                 began = self.clock()
                 flags = wire.RD if spec.health_check_rd else 0
@@ -47,10 +56,10 @@ class UpstreamProbes:
                 try:
                     await upstream.ask(probe, state.upstream, spec.force_tcp,
                                        min(PROBE_TIMEOUT, spec.read_timeout), self.counters)
-                except upstream.UpstreamError:
-                    state.fails += 1
+                except upstream.UpstreamError as err:
+                    state.failed(f"health probe: {err}", spec.max_fails)
                 else:
-                    state.fails = 0
+                    state.replied(self.clock())
                 # One probe per interval at most, and a probe that timed out has waited its
                 # share: back to back then, so a recovery is seen within one probe timeout.
                 wait = max(0.0, spec.health_check - (self.clock() - began))

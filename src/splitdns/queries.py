@@ -38,6 +38,16 @@ def read(data: bytes) -> Verdict:
     return _read_slow(data)
 
 
+def question_type(data: bytes) -> int:
+    """The QTYPE of a query's question as sent, 0 when there is none to read (for metrics)."""
+    try:
+        if struct.unpack_from("!H", data, 4)[0] < 1:
+            return 0
+        return int(struct.unpack_from("!H", data, 12 + wire.question_length(data) - 4)[0])
+    except (IndexError, struct.error):
+        return 0
+
+
 def _read_slow(data: bytes) -> Verdict:
     if len(data) < 12:
         return None

@@ -28,8 +28,9 @@ waiting, and reports back `answered` or `failed`. A truncated UDP reply is asked
 over TCP; a failure moves to the next upstream until the attempts or the overall
 deadline run out, and then the client gets SERVFAIL. Upstreams that keep failing are
 marked down (more than `max_fails` failures in a row) and skipped until a health probe
-gets a reply; when all are down, `failfast_all_unhealthy_upstreams` answers SERVFAIL at
-once, else one is tried anyway, as in CoreDNS.
+gets a reply; when all are down, the query gets SERVFAIL at once with the reason (unlike
+CoreDNS, which tries one anyway unless `failfast_all_unhealthy_upstreams`; here
+`failfast_all_unhealthy_upstreams off` does that).
 
 A good reply first loses the authority and additional records that another zone owns
 (`scrub`: the catch-all's server does not speak for the tunnel's names), then is stored in
@@ -87,6 +88,8 @@ class UpstreamState:
     fails: int = 0
     probing: bool = False
     label: str = field(init=False)  # "host:port", as metrics name it: once, not per attempt
+    last_error: str = ""  # why the last attempt or probe failed, for the fail-fast reason
+    last_reply: float = float("-inf")  # when it last answered anything (an exchange or a probe)
 
     def __post_init__(self) -> None:
         self.label = str(self.upstream)
@@ -96,6 +99,16 @@ class UpstreamState:
 
     def down(self, max_fails: int) -> bool:
         return max_fails > 0 and self.fails > max_fails
+
+    def replied(self, now: float) -> None:
+        """Any reply at all, of any rcode, means the upstream is alive (CoreDNS)."""
+        self.fails = 0
+        self.last_reply = now
+
+    def failed(self, error: str, max_fails: int) -> None:
+        if max_fails > 0:
+            self.fails += 1
+        self.last_error = error
 
 
 @dataclass
@@ -128,6 +141,12 @@ class ForwardState:
         changed = [s.upstream for s in new] != [s.upstream for s in self.upstreams]
         self.upstreams = new
         return changed
+
+    def down_reason(self) -> str:
+        """Why a query fails fast: every upstream is marked down, and what each last said."""
+        why = "; ".join(f"{u.label}: {u.last_error}" if u.last_error else u.label
+                        for u in self.upstreams)
+        return f"all upstreams are down ({why}); answering at once until a health probe gets a reply"
 
     def covers(self, name: bytes) -> bool:
         if not wire.is_subdomain(name, self.origin):
@@ -189,7 +208,7 @@ class Exchange:
         return self._next(self.now)
 
     def answered(self, step: Send, reply: replies.Reply, now: float) -> Send | Done:
-        step.upstream.fails = 0  # any reply at all means the upstream is alive
+        step.upstream.replied(now)
         if not reply.question:
             # No question: acceptable only as a failure signal (wire.reply_matches).
             self.last_error = _answered(step, reply)
@@ -203,8 +222,7 @@ class Exchange:
         return Done(reply)
 
     def failed(self, step: Send, error: str, now: float) -> Send | Done:
-        if self.fwd.spec.max_fails > 0:
-            step.upstream.fails += 1
+        step.upstream.failed(error, self.fwd.spec.max_fails)
         self.last_error = f"{step.upstream.label}: {error}"
         return self._next(now)
 
@@ -230,12 +248,20 @@ class Exchange:
             if skipped >= len(self.order):
                 self.fwd.broken += 1
                 if spec.failfast_all_unhealthy:
-                    reason = "all upstreams are down"
+                    reason = self.fwd.down_reason()
                     return Done(error=reason, ede=(EDE_NO_REACHABLE_AUTHORITY, reason))
                 up = self.rng.choice(self.order)
                 break
         self.attempts += 1
         return Send(up, spec.force_tcp, self._timeout(now))
+
+
+def cache_key(block: Block) -> tuple[object, ...]:
+    """What a cache's content depends on: a reload keeps a block's cache only when this is
+    the same. Answers from old upstreams, or that an old `private_addresses` let through,
+    must not outlive the swap."""
+    routes = tuple((f.origin, f.excepts, f.upstreams, f.files, f.tunnel) for f in block.forwards)
+    return block.zones, block.port, block.cache, routes, block.private_addresses, block.openvpn
 
 
 class Zone:
@@ -272,6 +298,13 @@ class Zone:
             if fwd.upstreams and all(u.down(fwd.spec.max_fails) for u in fwd.upstreams):
                 return False, f"every upstream of forward {fwd.spec.origin} is down"
         return True, "ok"
+
+    def unheard(self, now: float, max_age: float) -> list[tuple[ForwardState, UpstreamState]]:
+        """Upstreams in service that have not replied for `max_age` seconds: what a live
+        readiness check must probe before it can say the zone is up."""
+        return [(fwd, u) for fwd in self.forwards for u in fwd.upstreams
+                if fwd.spec.max_fails > 0 and not u.down(fwd.spec.max_fails)
+                and now - u.last_reply > max_age]
 
     def forward_for(self, name: bytes) -> ForwardState | None:
         for fwd in self.forwards:

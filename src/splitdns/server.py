@@ -56,6 +56,9 @@ class Listener:
     tcp: asyncio.Server | None = None
     last_read: float = float("-inf")
     last_count: int = 0  # datagrams the last read found
+    # Replies no zone gave (REFUSED for no zone or another class, FORMERR, NOTIMP): counted
+    # too, under CoreDNS's zone label "dropped"; shared by the listeners of a port.
+    unrouted: metrics.ZoneStats = field(default_factory=metrics.ZoneStats)
 
     def reader(self, now: float) -> datagrams.Batch | datagrams.OneByOne | None:
         """The reader for a wakeup at `now`: one datagram by recvfrom when they come one at a
@@ -85,13 +88,16 @@ class Server:
     zones: dict[Block, resolve.Zone] = field(default_factory=dict)
     _inflight: dict[tuple[int, bytes], asyncio.Future[tuple[resolve.Done, Entry | None]]] = \
         field(default_factory=dict)
-    _tasks: set[asyncio.Task[None]] = field(default_factory=set)
+    _tasks: set[asyncio.Task[None]] = field(default_factory=set)  # queries and refreshes
+    _probe_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # end with the server
     tcp_connections: int = 0  # held by tcp.serve_client
     loop_probes: dict[bytes, resolve.Zone] = field(default_factory=dict)
     internal_errors: int = 0
+    unrouted: dict[int, metrics.ZoneStats] = field(default_factory=dict)  # by port (Listener)
 
     def __post_init__(self) -> None:
-        self.probes = UpstreamProbes(self.clock, self.counters, self._spawn, self.query_ids)
+        self.probes = UpstreamProbes(self.clock, self.counters,
+                                     lambda coro: spawn_into(self._probe_tasks, coro), self.query_ids)
 
     async def start(self) -> None:
         self.zones = {block: resolve.Zone(block, cache_bytes=self.config.limits.cache_memory)
@@ -107,7 +113,8 @@ class Server:
                 keep[(host, port)].router = router  # swapped atomically: no query is lost
                 opened.append(keep[(host, port)])
                 continue
-            listener = Listener(host, port, router)
+            listener = Listener(host, port, router, unrouted=self.unrouted.setdefault(
+                port, metrics.ZoneStats()))
             try:
                 await self._open(listener)
             except OSError as err:
@@ -124,12 +131,13 @@ class Server:
 
     async def swap(self, config: Config) -> None:
         """Serve a new config. Zones whose block did not change keep their state; a changed
-        zone keeps its cache when the cache settings are the same. Raises OSError if a new
-        listener cannot open, and then the old config stays in service."""
+        zone keeps its cache when neither the cache settings nor its upstreams changed
+        (resolve.cache_key). Raises OSError if a new listener cannot open, and then the old
+        config stays in service."""
         old_config, old_zones = self.config, self.zones
         old_listeners = {(li.host, li.port): li for li in self.listeners}
-        caches = {(b.zones, b.port, b.cache): z.cache for b, z in old_zones.items() if z.cache}
-        self.zones = {b: old_zones.get(b) or resolve.Zone(b, caches.get((b.zones, b.port, b.cache)),
+        caches = {resolve.cache_key(b): z.cache for b, z in old_zones.items() if z.cache}
+        self.zones = {b: old_zones.get(b) or resolve.Zone(b, caches.get(resolve.cache_key(b)),
                                                          config.limits.cache_memory)
                       for b in config.blocks}
         try:
@@ -187,10 +195,13 @@ class Server:
             listener.tcp = None
 
     async def drain(self, budget: float) -> None:
-        """Stop accepting queries, then let those in flight finish (bounded by `budget`)."""
+        """Stop accepting queries, then let those in flight finish (bounded by `budget`).
+        Health probes end at once: nobody is left to use what they would find."""
         for listener in self.listeners:
             self._close_listener(listener)
         self.listeners.clear()
+        for task in self._probe_tasks:
+            task.cancel()
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=budget)
         for _ in range(int(budget * 20)):
@@ -202,7 +213,7 @@ class Server:
         for listener in self.listeners:
             self._close_listener(listener)
         self.listeners.clear()
-        for task in self._tasks:
+        for task in self._tasks | self._probe_tasks:
             task.cancel()
 
     # -- UDP ---------------------------------------------------------------------------------
@@ -247,6 +258,7 @@ class Server:
             return
         if isinstance(verdict, bytes):
             batch.reply(i, verdict)
+            self.account_unrouted(listener, "udp", data, verdict, now)
             return
         self._spawn(self._resolve_udp(verdict, listener, batch.peer(i), len(data)))
 
@@ -301,7 +313,7 @@ class Server:
         if listener.udp is None:
             return  # closed by a reload or a stop while we waited upstream
         self._send_udp(listener.udp, out, addr)
-        self.account(zone, q, addr, "udp", listener.family, size, out, start)
+        self.account(zone, q, listener, addr, "udp", size, out, start)
 
     @staticmethod
     def _send_udp(sock: socket.socket, data: bytes, addr: datagrams.Peer) -> None:
@@ -389,13 +401,20 @@ class Server:
         if done.error is not None:
             self._log_error(zone.block, q, done.rcode, f"refreshing a stale answer: {done.error}")
 
-    def account(self, zone: resolve.Zone | None, q: wire.Query, addr: datagrams.Peer, proto: str,
-                 family: str, size: int, out: bytes, start: float) -> None:
+    def account(self, zone: resolve.Zone | None, q: wire.Query, listener: Listener, addr: datagrams.Peer,
+                proto: str, size: int, out: bytes, start: float) -> None:
         if zone is None:
+            listener.unrouted.answered(proto, listener.family, q.qtype, out, self.clock() - start)
             return
-        zone.stats.answered(proto, family, q.qtype, out, self.clock() - start)
+        zone.stats.answered(proto, listener.family, q.qtype, out, self.clock() - start)
         if zone.block.log is not None:
             self._log_query(zone.block, q, addr, proto, size, out, start)
+
+    def account_unrouted(self, listener: Listener, proto: str, data: bytes, out: bytes,
+                         start: float) -> None:
+        """A reply the query reader gave at once (FORMERR, NOTIMP, REFUSED for a class)."""
+        listener.unrouted.answered(proto, listener.family, queries.question_type(data), out,
+                                   self.clock() - start)
 
     async def _merged(self, zone: resolve.Zone, fwd: resolve.ForwardState, q: wire.Query,
                       router: resolve.Router) -> tuple[resolve.Done, Entry | None]:

@@ -44,6 +44,7 @@ async def serve_client(server: Server, reader: asyncio.StreamReader, writer: asy
                 break
             if isinstance(verdict, bytes):
                 writer.write(struct.pack("!H", len(verdict)) + verdict)
+                server.account_unrouted(listener, "tcp", data, verdict, server.clock())
                 continue
             task = asyncio.ensure_future(_answer(server, verdict, listener, writer, peer, len(data)))
             pending.add(task)
@@ -66,4 +67,4 @@ async def _answer(server: Server, q: wire.Query, listener: Listener, writer: asy
     writer.write(struct.pack("!H", len(out)) + out)
     if writer.transport.get_write_buffer_size() > server.config.limits.tcp_buffer:
         writer.transport.abort()  # a client that does not read must not grow our memory
-    server.account(zone, q, peer, "tcp", listener.family, size, out, start)
+    server.account(zone, q, listener, peer, "tcp", size, out, start)

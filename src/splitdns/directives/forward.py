@@ -13,13 +13,20 @@ Syntax (CoreDNS's, minus TLS, DoH and hostnames):
         max_concurrent INTEGER
         max_connect_attempts INTEGER
         failover RCODE...
-        failfast_all_unhealthy_upstreams
+        failfast_all_unhealthy_upstreams [off]
         expire DURATION
     }
 
 TO is `IP`, `IP:PORT`, `[IPv6]:PORT`, `dns://` before any of them, the path of a
 resolv.conf file whose `nameserver` lines are read once, at load, or `openvpn`: the
 servers the VPN server pushes (the block needs an `openvpn` directive).
+
+Failing fast is the default here, unlike CoreDNS: once every upstream of a forward is marked
+down (more than `max_fails` failures in a row, queries and health probes alike), queries get
+SERVFAIL with the reason at once until a health probe gets a reply. In a pod, waiting out
+the timeouts on every query of a dead zone is the stall the application cannot afford.
+`failfast_all_unhealthy_upstreams off` gives CoreDNS's behaviour back (try one upstream
+anyway); `max_fails 0` never marks an upstream down.
 """
 
 from __future__ import annotations
@@ -73,7 +80,7 @@ class ForwardSpec:
     max_concurrent: int = 0
     max_connect_attempts: int | None = None  # None: twice the number of upstreams
     failover: frozenset[int] = frozenset()
-    failfast_all_unhealthy: bool = False
+    failfast_all_unhealthy: bool = True  # CoreDNS: False (see the module docstring)
     expire: float = 10.0
     line: str = ""                    # file:line, for messages
     where: Location | None = field(default=None, compare=False)  # the `forward` line
@@ -114,11 +121,16 @@ def _option(opt: Statement, out: dict[str, object]) -> None:
     flag_options = {
         "force_tcp": "force_tcp",
         "prefer_udp": "prefer_udp",
-        "failfast_all_unhealthy_upstreams": "failfast_all_unhealthy",
     }
     if name in flag_options:
         _args.arity(opt, 0, 0, name)
         out[flag_options[name]] = True
+    elif name == "failfast_all_unhealthy_upstreams":
+        _args.arity(opt, 0, 1, "failfast_all_unhealthy_upstreams [off]")
+        if args and args[0] not in ("on", "off"):
+            raise ConfigError(opt.where, f"failfast_all_unhealthy_upstreams: {args[0]!r} is "
+                                         "neither `on` nor `off`; it is on unless you write `off`")
+        out["failfast_all_unhealthy"] = not args or args[0] == "on"
     elif name == "except":
         _args.arity(opt, 1, None, "except NAME...")
         out["excepts"] = tuple(_args.zone(opt, a, "except") for a in args)
