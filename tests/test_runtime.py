@@ -1,0 +1,213 @@
+"""What a user relies on at run time, end to end: a real `splitdns serve`, real `dig` and
+HTTP, scripted upstreams on 127.0.0.x. Failing fast, live readiness, reloads, stopping,
+metrics. Each test prints the figure it measures."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.processes import dig, free_port, poll_until, scripted_upstream, stop
+from tests.support.resolver import BANNER, http_get, splitdns_serve, start
+
+DROP = [{"suffix": ".", "action": "drop"}]
+ANSWER = [{"suffix": ".", "records": ["{qname} 60 IN A 192.0.2.7"]}]
+QUERY_TIME = re.compile(r";; Query time: (\d+) msec")
+
+
+def query_ms(stdout: str) -> int:
+    """dig's own measure of the exchange, without its process start-up."""
+    found = QUERY_TIME.search(stdout)
+    assert found is not None, stdout
+    return int(found.group(1))
+
+
+def test_a_blackholed_upstream_costs_one_query_then_fails_fast_until_a_probe_is_answered(
+        tmp_path: Path) -> None:
+    """The seed-like block, no options: the first query pays its 2 attempts; after that every
+    query is SERVFAIL with the reason at once; a probe answered brings the upstream back."""
+    with scripted_upstream(tmp_path, DROP) as up, \
+            splitdns_serve(tmp_path, f". {{\n errors\n forward . {up.target}\n}}\n") as r:
+        first = dig("first.example.org", server="127.0.0.1", port=r.port, timeout=8)
+        assert first.status == "SERVFAIL"
+        attempts = [q for q in up.queries() if q.get("qname") == "first.example.org."]
+        later = []
+        for i in range(20):
+            out = dig(f"later{i}.example.org", server="127.0.0.1", port=r.port)
+            assert out.status == "SERVFAIL", out.stdout
+            later.append(query_ms(out.stdout))
+        print(f"blackholed upstream: first query {first.elapsed:.2f} s ({len(attempts)} attempts), "
+              f"then {len(later)} queries of at most {max(later)} ms each")
+        assert len(attempts) <= 2
+        assert max(later) <= 50
+        assert "EDE: 22" in out.stdout and "all upstreams are down" in out.stdout
+        assert f"{up.target}: " in out.stdout and "timeout" in out.stdout  # why, per upstream
+        assert not [q for q in up.queries() if q.get("qname", "").startswith("later")]
+        up.set_rules(ANSWER)
+        recovered = time.monotonic()
+        poll_until("a probe to bring the upstream back", 5, lambda: True if dig(
+            "back.example.org", server="127.0.0.1", port=r.port).rdata == ["192.0.2.7"] else None)
+        print(f"answers again {time.monotonic() - recovered:.2f} s after the upstream recovered")
+
+
+def test_ready_for_a_zone_follows_its_upstream_without_any_traffic(tmp_path: Path) -> None:
+    ready = free_port("127.0.0.1")
+    text = f""". {{
+    ready 127.0.0.1:{ready}
+    forward . 127.0.0.23:9
+}}
+svc.acme.internal {{
+    forward . {{target}} {{
+        read_timeout 500ms
+    }}
+}}
+"""
+    with scripted_upstream(tmp_path, ANSWER, "127.0.0.22") as tunnel, \
+            splitdns_serve(tmp_path, text.replace("{target}", tunnel.target)) as r:
+        zone = "/ready?zone=svc.acme.internal"
+        poll_until("the zone ready", 5, lambda: True if http_get(ready, zone)[0] == 200 else None)
+        tunnel.set_rules(DROP)
+        died = time.monotonic()
+        seen = poll_until("the dead upstream seen by /ready", 12, lambda: http_get(ready, zone)
+                          if http_get(ready, zone)[0] == 503 else None)
+        print(f"/ready?zone went 503 {time.monotonic() - died:.1f} s after its upstream died, "
+              "with no client query")
+        assert "every upstream" in seen[1]
+        assert not [q for q in tunnel.queries() if q.get("qname") not in (None, ".", "svc.acme.internal.")]
+        tunnel.set_rules(ANSWER)
+        back = time.monotonic()
+        poll_until("the zone ready again", 5, lambda: True if http_get(ready, zone)[0] == 200 else None)
+        print(f"and 200 again {time.monotonic() - back:.1f} s after it came back")
+        assert r.process.poll() is None
+
+
+def test_a_reload_that_changes_the_upstreams_drops_the_cached_answers(tmp_path: Path) -> None:
+    old = [{"suffix": ".", "records": ["{qname} 300 IN A 192.0.2.1"]}]
+    new = [{"suffix": ".", "records": ["{qname} 300 IN A 192.0.2.2"]}]
+    text = "example.org {{\n reload 2s 1s\n cache 300\n {extra}\n forward . {target}\n}}\n"
+    with scripted_upstream(tmp_path, old, "127.0.0.21") as up1, \
+            scripted_upstream(tmp_path, new, "127.0.0.22") as up2, \
+            splitdns_serve(tmp_path, text.format(extra="", target=up1.target)) as r:
+        corefile = r.workdir / "Corefile"
+
+        def reload(content: str) -> None:
+            before = r.stderr().count("Running configuration")
+            corefile.write_text(content)
+            r.process.send_signal(signal.SIGUSR1)
+            poll_until("the reload", 5, lambda: True if r.stderr().count(
+                "Running configuration") > before else None)
+
+        assert dig("db.example.org", server="127.0.0.1", port=r.port).rdata == ["192.0.2.1"]
+        reload(text.format(extra="errors", target=up1.target))  # the cache does not depend on it
+        assert dig("db.example.org", server="127.0.0.1", port=r.port).rdata == ["192.0.2.1"]
+        assert len([q for q in up1.queries() if q.get("qname") == "db.example.org."]) == 1  # kept
+        reload(text.format(extra="errors", target=up2.target))
+        out = dig("db.example.org", server="127.0.0.1", port=r.port)
+        assert out.rdata == ["192.0.2.2"]  # asked anew, not the old upstream's cached answer
+
+
+def test_a_broken_corefile_is_reported_once_per_content(tmp_path: Path) -> None:
+    metrics = free_port("127.0.0.1")
+    good = f"example.org {{\n reload 2s 1s\n prometheus 127.0.0.1:{metrics}\n forward . 127.0.0.23:9\n}}\n"
+    with splitdns_serve(tmp_path, good) as r:
+        corefile = r.workdir / "Corefile"
+
+        def reported() -> int:
+            return r.stderr().count("could not be loaded")
+
+        def failed_total() -> str:
+            found = re.search(r"^coredns_reload_failed_total (\S+)$", http_get(metrics, "/metrics")[1], re.M)
+            assert found is not None
+            return found.group(1)
+
+        corefile.write_text(good.replace("\n}\n", "\n"))  # the closing brace is missing
+        for _ in range(3):
+            r.process.send_signal(signal.SIGUSR1)
+            time.sleep(0.3)
+        time.sleep(3.2)  # and at least one poll of `reload 2s 1s`
+        print(f"one broken Corefile, 3 SIGUSR1 and a poll: reported {reported()} time(s)")
+        assert (reported(), failed_total()) == (1, "1.0")
+        corefile.write_text(good.replace("forward", "forwrd"))  # broken another way
+        r.process.send_signal(signal.SIGUSR1)
+        poll_until("the new error", 5, lambda: True if reported() == 2 else None)
+        assert failed_total() == "2.0" and "forwrd" in r.stderr()
+
+
+def ops_ports() -> tuple[int, int, int]:
+    return free_port("127.0.0.1"), free_port("127.0.0.1"), free_port("127.0.0.1")
+
+
+@pytest.mark.parametrize("lameduck", [0.0, 1.0])
+def test_sigterm_with_probes_running_exits_at_once_or_after_the_lameduck_and_frees_the_ports(
+        tmp_path: Path, lameduck: float) -> None:
+    health, ready, metrics = ops_ports()
+    option = f" {{\n  lameduck {lameduck:g}s\n }}" if lameduck else ""
+    text = f""". {{
+ health :{health}{option}
+ ready 127.0.0.1:{ready}
+ prometheus 127.0.0.1:{metrics}
+ forward . {{target}}
+}}
+"""
+    with scripted_upstream(tmp_path, DROP) as up:
+        corefile = text.replace("{target}", up.target)
+        with splitdns_serve(tmp_path, corefile) as r:
+            assert dig("example.org", server="127.0.0.1", port=r.port, timeout=8).status == "SERVFAIL"
+            for port, path in ((health, "/health"), (ready, "/ready"), (metrics, "/metrics")):
+                http_get(port, path)  # connections the server closes: TIME_WAIT on its ports
+            signalled = time.monotonic()
+            r.process.send_signal(signal.SIGTERM)
+            code = r.process.wait(10)
+            took = time.monotonic() - signalled
+            print(f"SIGTERM with health probes running, lameduck {lameduck:g} s: exit {code} "
+                  f"after {took:.2f} s")
+            assert code == 0
+            assert lameduck <= took <= lameduck + 1.0
+            again = start(r.workdir, corefile, r.port)  # the same ports, at once
+            try:
+                poll_until("the restart", 10, lambda: True if BANNER in r.stdout() or
+                           again.poll() is not None else None)
+                assert again.poll() is None, r.stderr()
+                assert http_get(health, "/health") == (200, "OK")
+            finally:
+                stop(again)
+
+
+def metric_lines(port: int, name: str) -> list[str]:
+    return [ln for ln in http_get(port, "/metrics")[1].splitlines() if ln.startswith(name)]
+
+
+def test_every_answer_is_counted_and_zone_ready_only_reported_with_a_ready_directive(
+        tmp_path: Path) -> None:
+    metrics = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, ANSWER) as up, \
+            splitdns_serve(tmp_path, f"example.org {{\n prometheus 127.0.0.1:{metrics}\n"
+                                     f" forward . {up.target}\n}}\n") as r:
+        assert dig("version.bind", "CH", "TXT", server="127.0.0.1", port=r.port).status == "REFUSED"
+        assert dig("example.net", server="127.0.0.1", port=r.port).status == "REFUSED"  # no zone
+        assert dig("example.net", "+tcp", server="127.0.0.1", port=r.port).status == "REFUSED"
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:  # a FORMERR
+            s.settimeout(2)
+            s.sendto(b"\xab\xcd\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07exam", ("127.0.0.1", r.port))
+            s.recvfrom(512)
+        assert dig("www.example.org", server="127.0.0.1", port=r.port).rdata == ["192.0.2.7"]
+        server = f'server="dns://:{r.port}"'
+        requests = metric_lines(metrics, "coredns_dns_requests_total")
+        responses = metric_lines(metrics, "coredns_dns_responses_total")
+        print("\n".join(requests + responses))
+        dropped = [ln for ln in requests if 'zone="dropped"' in ln and server in ln]
+        assert sum(float(ln.rsplit(" ", 1)[1]) for ln in dropped) == 4
+        assert any('proto="udp"' in ln and 'type="TXT"' in ln for ln in dropped)  # version.bind CH
+        assert any('proto="tcp"' in ln for ln in dropped)
+        refused = [ln for ln in responses if 'zone="dropped"' in ln and 'rcode="REFUSED"' in ln]
+        assert [ln.rsplit(" ", 1)[1] for ln in refused] == ["3.0"]
+        assert [ln.rsplit(" ", 1)[1] for ln in responses if 'zone="example.org."' in ln] == ["1.0"]
+        # No `ready` directive: no readiness rule and no probe, so no splitdns_zone_ready series
+        # (a 0 would read as "not ready" while the zone answers).
+        assert metric_lines(metrics, "splitdns_zone_ready{") == []
+        assert metric_lines(metrics, 'splitdns_upstream_healthy{') != []
