@@ -211,3 +211,26 @@ def test_every_answer_is_counted_and_zone_ready_only_reported_with_a_ready_direc
         # (a 0 would read as "not ready" while the zone answers).
         assert metric_lines(metrics, "splitdns_zone_ready{") == []
         assert metric_lines(metrics, 'splitdns_upstream_healthy{') != []
+
+
+def test_reload_reports_an_unparsable_corefile_once_until_it_changes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """In process: reload() is what every poll and SIGUSR1 call."""
+    import asyncio
+
+    from splitdns import config
+    from splitdns.lifecycle import Runtime
+    from splitdns.server import Server
+
+    path = tmp_path / "Corefile"
+    good = "example.org {\n reload 2s 1s\n forward . 127.0.0.23:9\n}\n"
+    runtime = Runtime(Server(config.loads(good, str(path), env={})), str(path))
+    path.write_text(good.replace("\n}\n", "\n"))
+    results = [asyncio.run(runtime.reload()) for _ in range(3)]
+    assert results == [False] * 3 and runtime.process.reloads_failed == 1
+    assert capsys.readouterr().err.count("could not be loaded") == 1
+    path.write_text(good.replace("forward", "forwrd"))
+    asyncio.run(runtime.reload())
+    asyncio.run(runtime.reload())
+    assert runtime.process.reloads_failed == 2
+    assert capsys.readouterr().err.count("could not be loaded") == 1
