@@ -29,7 +29,7 @@ def query_ms(stdout: str) -> int:
 
 def test_a_blackholed_upstream_costs_one_query_then_fails_fast_until_a_probe_is_answered(
         tmp_path: Path) -> None:
-    """The seed-like block, no options: the first query pays its 2 attempts; after that every
+    """The README's catch-all block, no options: the first query pays its 2 attempts; after that every
     query is SERVFAIL with the reason at once; a probe answered brings the upstream back."""
     with scripted_upstream(tmp_path, DROP) as up, \
             splitdns_serve(tmp_path, f". {{\n errors\n forward . {up.target}\n}}\n") as r:
