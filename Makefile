@@ -5,8 +5,9 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the tests drive for real: clients (dig, kdig, dnsperf), servers used as
-# upstreams and peers (nsd, unbound, dnsmasq), OpenVPN and the namespace plumbing.
-DEBIAN_PACKAGES := bind9-dnsutils knot-dnsutils dnsperf nsd unbound dnsmasq-base openvpn \
+# upstreams and peers (nsd, unbound, dnsmasq), dnssec-keygen/-signzone for the signed zones of
+# the differential test, OpenVPN and the namespace plumbing.
+DEBIAN_PACKAGES := bind9-dnsutils bind9-utils knot-dnsutils dnsperf nsd unbound dnsmasq-base openvpn \
 	iptables iproute2 procps psmisc openssl python3-venv
 
 .PHONY: run test test-hostile venv deps-debian lint typecheck pytest lab-up lab-down lab-status clean

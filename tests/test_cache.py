@@ -32,11 +32,45 @@ def test_ttl_cap_from_cache_30_and_countdown() -> None:
     assert len(cache) == 0
 
 
-def test_minimum_ttl_applies() -> None:
+def test_an_authority_ttl_is_never_raised_by_default() -> None:
+    """RFC 1035 3.2.1, RFC 2181 8: TTL 0 is used once and not cached; TTL 2 is served as 2
+    and counts down (CoreDNS would raise both to its MINTTL default, 5)."""
     cache = Cache(CacheSpec())
     client = query("example.org.")
+    q, entry = put(cache, reply(client, "example.org. 2 IN A 192.0.2.1"), client, now=10.0)
+    assert entry is not None and entries.ttl(entry) == 2
+    assert entries.remaining(entry, 11.0) == 1 and cache.get(q.key, 12.0) is None
+    for zero in ("example.org. 0 IN A 192.0.2.1",):
+        _, entry = put(cache, reply(client, zero), client, now=20.0)
+        assert entry is None and cache.get(q.key, 20.0) is None
+    nodata = query("example.org.", "AAAA")
+    soa_zero = "example.org. 300 IN SOA ns.example.org. hostmaster.example.org. 1 3600 600 86400 0"
+    _, entry = put(cache, reply(nodata, authority=(soa_zero,)), nodata)
+    assert entry is None  # a negative TTL 0 is not cached either
+
+
+def test_an_explicit_minimum_ttl_still_applies() -> None:
+    cache = Cache(CacheSpec(success_min_ttl=5, denial_min_ttl=7))
+    client = query("example.org.")
     _, entry = put(cache, reply(client, "example.org. 1 IN A 192.0.2.1"), client)
-    assert entry is not None and entries.ttl(entry) == 5  # CoreDNS MINTTL default
+    assert entry is not None and entries.ttl(entry) == 5
+    _, entry = put(cache, reply(client, "example.org. 0 IN A 192.0.2.1"), client)
+    assert entry is not None and entries.ttl(entry) == 5  # a floor asked for is a floor
+    nx = query("nope.example.org.")
+    _, entry = put(cache, reply(nx, rcode=dns.rcode.NXDOMAIN, authority=(SOA.rsplit(" ", 1)[0] + " 0",)), nx)
+    assert entry is not None and entries.ttl(entry) == 7
+
+
+def test_the_cap_of_replies_not_stored() -> None:
+    """`cache 30` caps what is relayed without being cached too: the denial cap for negative
+    answers, the success cap for the rest (a referral is NOERROR, no answer, no SOA)."""
+    cache = Cache(CacheSpec(success_ttl=30, denial_ttl=20))
+    client = query("sub.example.org.")
+    referral = reply(client, authority=("sub.example.org. 3600 IN NS ns.sub.example.org.",))
+    assert cache.cap(indexed(referral)) == 30
+    assert cache.cap(indexed(reply(client, rcode=dns.rcode.NXDOMAIN, authority=(SOA,)))) == 20
+    assert cache.cap(indexed(reply(client, authority=(SOA,)))) == 20
+    assert cache.cap(indexed(reply(client, "sub.example.org. 0 IN A 192.0.2.1"))) == 30
 
 
 def test_negative_answers_need_an_soa_and_use_its_minimum() -> None:

@@ -89,7 +89,8 @@ SPLIT = ". {\n cache 30\n forward . 192.0.2.10\n}\ncorp.example {\n forward . 19
 
 
 def built_reply(name: str, qtype: str, rcode: int, answers: int, extra: list[str], soa: bool,
-                ad: bool, client_edns: bool, do: bool) -> tuple[wire.Query, bytes, dns.message.Message]:
+                ad: bool, client_edns: bool, do: bool, aa: bool = False, ra: bool = True,
+                ttl: int = 60) -> tuple[wire.Query, bytes, dns.message.Message]:
     client = query(name, qtype, qid=0x2222, edns=0 if client_edns else -1, do=do and client_edns)
     q = wire.parse_query(to_wire(client))
     assert q is not None
@@ -98,7 +99,7 @@ def built_reply(name: str, qtype: str, rcode: int, answers: int, extra: list[str
     up.set_rcode(rcode)
     rdata = {"A": "192.0.2.{}", "AAAA": "2001:db8::{}", "TXT": '"t{}"', "MX": "{} mx.example.org."}[qtype]
     for i in range(answers):
-        up.answer.append(dns.rrset.from_text(name, 60, "IN", qtype, rdata.format(i + 1)))
+        up.answer.append(dns.rrset.from_text(name, ttl, "IN", qtype, rdata.format(i + 1)))
     if soa:
         up.authority.append(dns.rrset.from_text("example.org.", 300, "IN", "SOA",
                                                 "ns.example.org. h.example.org. 1 2 3 4 60"))
@@ -106,6 +107,8 @@ def built_reply(name: str, qtype: str, rcode: int, answers: int, extra: list[str
         up.additional.append(dns.rrset.from_text(owner, 30, "IN", "A", "192.0.2.99"))
     if ad:
         up.flags |= dns.flags.AD
+    # An authoritative-only upstream sets AA and clears RA; a recursive one the other way round.
+    up.flags = (up.flags | (dns.flags.AA if aa else 0)) & ~(0 if ra else dns.flags.RA)
     data = to_wire(up)
     return q, data, dns.message.from_wire(data)
 
@@ -115,34 +118,48 @@ reply_shapes = st.fixed_dictionaries({
     "rcode": st.sampled_from([dns.rcode.NOERROR, dns.rcode.NXDOMAIN, dns.rcode.SERVFAIL]),
     "answers": st.integers(0, 3), "extra": st.lists(st.sampled_from(
         ["ns.example.org.", "api.corp.example.", "x.y.", "CORP.EXAMPLE."]), max_size=3),
-    "soa": st.booleans(), "ad": st.booleans(), "client_edns": st.booleans(), "do": st.booleans()})
+    "soa": st.booleans(), "ad": st.booleans(), "client_edns": st.booleans(), "do": st.booleans(),
+    "aa": st.booleans(), "ra": st.booleans(), "ttl": st.sampled_from([0, 2, 60, 3600, 0x80000001])})
 
 
-def dnspython_render(msg: dns.message.Message, q: wire.Query) -> bytes:
+def zone_with(cache: str) -> resolve.Zone:
+    """The zone of a one-block Corefile with this `cache` line (or none)."""
+    zone = router_for(f". {{\n {cache}\n forward . 192.0.2.10\n}}\n").route(b"\x00")
+    assert zone is not None
+    return zone
+
+
+def dnspython_render(msg: dns.message.Message, q: wire.Query, cap: int | None = None) -> bytes:
     """The reference for a passed-through reply, built by dnspython: the client's ID and RD/CD,
-    no TC, AD only for clients that asked, our EDNS if the client sent EDNS."""
+    no TC, RA set and AA clear (we recurse; we are no authority), AD only for clients that
+    asked, our EDNS if the client sent EDNS, every TTL at most `cap`."""
     out = dns.message.Message(q.id)
-    out.flags = (msg.flags & ~(wire.RD | wire.CD | wire.TC)) | (q.flags & (wire.RD | wire.CD))
+    out.flags = (msg.flags & ~(wire.RD | wire.CD | wire.TC | wire.AA)) | wire.RA | \
+        (q.flags & (wire.RD | wire.CD))
     if not (q.do or q.flags & wire.AD):
         out.flags &= ~wire.AD
     out.set_rcode(msg.rcode())
     out.question = msg.question
     out.answer, out.authority, out.additional = msg.answer, msg.authority, msg.additional
+    if cap is not None:
+        for section in (out.answer, out.authority, out.additional):
+            for rrset in section:
+                rrset.ttl = min(rrset.ttl, cap)  # dnspython already reads a top-bit TTL as 0
     if q.edns:
         out.use_edns(0, wire.DO if q.do else 0, wire.EDNS_PAYLOAD)
     data = out.to_wire()
     return data[:12] + q.question + data[12 + len(q.question):]
 
 
-@given(shape=reply_shapes)
+@given(shape=reply_shapes, cap=st.sampled_from([None, 1, 30, 3600]))
 @settings(max_examples=250, deadline=None)
-def test_passthrough_render_agrees_with_dnspython(shape: dict[str, object]) -> None:
+def test_passthrough_render_agrees_with_dnspython(shape: dict[str, object], cap: int | None) -> None:
     """A passed-through reply (not cached) is rendered by hand from the reader's index; the
-    client must get the message dnspython would build."""
+    client must get the message dnspython would build, every TTL within `cache CAP`."""
     q, _, msg = built_reply(**shape)  # type: ignore[arg-type]
     done = resolve.Done(indexed(msg))
-    fast = resolve.Zone.render(q, done, None, 0.0)
-    a, b = dns.message.from_wire(fast), dns.message.from_wire(dnspython_render(msg, q))
+    fast = zone_with(f"cache {cap}" if cap else "").render(q, done, None, 0.0)
+    a, b = dns.message.from_wire(fast), dns.message.from_wire(dnspython_render(msg, q, cap))
     assert (a.id, a.flags, a.rcode(), a.edns, a.ednsflags, a.payload) == \
         (b.id, b.flags, b.rcode(), b.edns, b.ednsflags, b.payload)
     # dnspython shuffles the records of an RRset when it writes one: compare as sets, with TTLs.
@@ -161,7 +178,7 @@ def test_cache_hit_and_passthrough_differ_only_in_ttls(shape: dict[str, object],
     assume(entry is not None)
     assert entry is not None
     hit = dns.message.from_wire(entries.render(entry, entries.remaining(entry, 1000.0 + age), q))
-    passed = dns.message.from_wire(resolve.Zone.render(q, resolve.Done(indexed(msg)), None, 1000.0))
+    passed = dns.message.from_wire(zone_with("").render(q, resolve.Done(indexed(msg)), None, 1000.0))
     for section in ("question", "answer", "authority", "additional"):
         assert getattr(hit, section) == getattr(passed, section), section
     assert (hit.id, hit.flags, hit.rcode(), hit.edns, hit.ednsflags) == \

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 
+import dns.flags
 import dns.message
 import dns.rcode
 import dns.rrset
@@ -291,3 +292,31 @@ def test_a_reload_keeps_a_cache_only_when_its_content_would_be_the_same(after: s
 
     before = block("forward . 192.0.2.1\n cache 60")
     assert (resolve.cache_key(before) == resolve.cache_key(block(after))) is kept
+
+
+def test_relayed_referral_and_stale_answers_obey_the_ttl_cap() -> None:
+    """`cache 30`: a referral (not cached) keeps no TTL above 30 in any section, glue included;
+    a stale answer gets RFC 8767's 30 s or the cap if lower; every answer has RA, none AA."""
+    router = zones(". {\n cache 10 {\n  serve_stale\n }\n forward . 192.0.2.10\n}\n")
+    zone = router.route(b"\x00")
+    assert zone is not None and zone.cache is not None
+    client = query("www.sub.example.org.")
+    q = wire.parse_query(to_wire(client))
+    assert q is not None
+    referral = reply(client, authority=("sub.example.org. 3600 IN NS ns.sub.example.org.",))
+    referral.additional.append(dns.rrset.from_text("ns.sub.example.org.", 3600, "IN", "A", "192.0.2.53"))
+    referral.flags = (referral.flags | dns.flags.AA) & ~dns.flags.RA  # an authoritative-only server
+    done = resolve.Done(indexed(referral))
+    assert zone.store(q, done, 100.0) is None  # no answer, no SOA: not cached
+    out = dns.message.from_wire(zone.render(q, done, None, 100.0))
+    assert [r.ttl for r in out.authority + out.additional] == [10, 10]
+    assert out.flags & dns.flags.RA and not out.flags & dns.flags.AA
+    answer = reply(client, "www.sub.example.org. 3600 IN A 192.0.2.1")
+    answer.flags |= dns.flags.AA
+    entry = zone.store(q, resolve.Done(indexed(answer)), 100.0)
+    assert entry is not None
+    stale = zone.stale(q, 111.0)
+    assert stale is not None
+    stale_msg = dns.message.from_wire(stale)
+    assert [r.ttl for r in stale_msg.answer] == [10]
+    assert stale_msg.flags & dns.flags.RA and not stale_msg.flags & dns.flags.AA

@@ -91,8 +91,8 @@ class Cache:
         if reply.flags & wire.TC or not self._covers(name):
             return None
         kind, ttl = self._classify(reply)
-        if kind is None:
-            return None
+        if kind is None or ttl <= 0:
+            return None  # TTL 0: use once, never cache (RFC 1035 3.2.1, RFC 2181 8)
         entry = entries.make(reply.stored, reply.offsets, kind, ttl, now)
         table = self._denial if kind != SUCCESS else self._success
         capacity = self.spec.denial_capacity if kind != SUCCESS else self.spec.success_capacity
@@ -130,6 +130,15 @@ class Cache:
                 return None, 0  # RFC 2308: a negative answer without SOA is not cached
             return DENIAL, _clamp(soa, spec.denial_min_ttl, spec.denial_ttl)
         return None, 0
+
+    def cap(self, reply: Reply) -> int:
+        """The most TTL a reply the cache did not store may carry (`cache 30`): the denial
+        cap for a negative answer, the success cap for the rest (referrals included), as
+        CoreDNS rewrites the TTLs of every reply it passes on."""
+        spec = self.spec
+        negative = reply.rcode() == dns.rcode.NXDOMAIN or (
+            reply.rcode() == dns.rcode.NOERROR and not reply.answer and reply.soa_ttl is not None)
+        return spec.denial_ttl if negative else spec.success_ttl
 
     def _forget(self, key: bytes, table: OrderedDict[bytes, Entry]) -> None:
         old = table.pop(key, None)

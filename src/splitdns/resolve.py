@@ -37,9 +37,10 @@ A good reply first loses the authority and additional records that another zone 
 the cache (if it may be) and rendered for each waiting client. A UDP reply larger than the
 client can take is replaced by a truncated one (TC set), so the client retries over TCP.
 
-An expired entry within serve_stale's window is answered at once with a 30 s TTL while one
-refresh goes upstream; after a refresh is tried, the next waits STALE_RECHECK (RFC 8767),
-so a dead upstream is not asked again by every client of a stale name.
+An expired entry within serve_stale's window is answered at once with a 30 s TTL (or the
+cache's cap, if lower) while one refresh goes upstream; after a refresh is tried, the next
+waits STALE_RECHECK (RFC 8767), so a dead upstream is not asked again by every client of a
+stale name.
 """
 
 from __future__ import annotations
@@ -350,7 +351,9 @@ class Zone:
         entry = self.cache.get_stale(q.key, now)
         if entry is None:
             return None
-        return entries.render(entry, STALE_TTL, q)
+        spec = self.cache.spec
+        cap = spec.success_ttl if entries.kind(entry) == entries.SUCCESS else spec.denial_ttl
+        return entries.render(entry, min(STALE_TTL, cap), q)
 
     def refresh_due(self, q: wire.Query, now: float) -> bool:
         """Whether a stale entry may be refreshed upstream now: once per STALE_RECHECK at most,
@@ -370,14 +373,16 @@ class Zone:
         """serve_stale `immediate` (the default): answer stale at once, refresh behind."""
         return self.cache is not None and not self.cache.spec.serve_stale_verify
 
-    @staticmethod
-    def render(q: wire.Query, done: Done, entry: Entry | None, now: float) -> bytes:
-        """The reply one client gets for an exchange's outcome (merged clients each get theirs)."""
+    def render(self, q: wire.Query, done: Done, entry: Entry | None, now: float) -> bytes:
+        """The reply one client gets for an exchange's outcome (merged clients each get theirs).
+        A reply the cache did not keep (TTL 0, a referral, an uncached rcode) keeps its
+        TTLs, each lowered to the cache's cap."""
         if entry is not None:
             return entries.render(entry, entries.remaining(entry, now), q)
         if done.reply is None:
             return wire.error_reply(q, done.rcode, done.ede)
-        return wire.render(done.reply.stored, done.reply.offsets, None, q)
+        cap = self.cache.cap(done.reply) if self.cache is not None else None
+        return wire.render(done.reply.stored, done.reply.offsets, None, q, cap)
 
 
 def scrub(done: Done, zone: Zone, router: Router) -> Done:

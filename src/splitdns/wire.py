@@ -8,11 +8,14 @@ sockets, no clock.
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 import struct
 from collections.abc import Iterable
 
 HEADER = struct.Struct("!HHHHHH")
 _U16 = struct.Struct("!H")
+_U32 = struct.Struct("!I")
 _TYPE_CLASS = struct.Struct("!HH")
 _OPT_FIXED = struct.Struct("!HHBBHH")  # type, payload, ext-rcode, version, flags, rdlength
 
@@ -29,6 +32,8 @@ DO = 0x8000  # in the OPT record's flags
 
 TYPE_OPT = 41
 EDE = 15  # EDNS option code of Extended DNS Errors
+COOKIE = 10  # EDNS option code of DNS Cookies (RFC 7873)
+CLIENT_COOKIE = 8  # bytes of a client cookie; a server cookie adds 8 to 32 (RFC 7873 4)
 TYPE_SOA = 6
 CLASS_IN = 1
 
@@ -39,11 +44,11 @@ PLAIN_PAYLOAD = 512   # RFC 1035 limit for a query without EDNS
 class Query:
     """A plain query, read without dnspython. `key` identifies its answer in a cache."""
 
-    __slots__ = ("cd", "do", "edns", "flags", "id", "key", "name", "payload", "qtype",
+    __slots__ = ("cd", "cookie", "do", "edns", "flags", "id", "key", "name", "payload", "qtype",
                  "question")
 
     def __init__(self, qid: int, flags: int, question: bytes, name: bytes, qtype: int,
-                 edns: bool, payload: int, do: bool) -> None:
+                 edns: bool, payload: int, do: bool, cookie: bytes = b"") -> None:
         self.id = qid
         self.flags = flags
         self.question = question  # name + type + class, the client's spelling
@@ -53,6 +58,7 @@ class Query:
         self.payload = payload
         self.do = do
         self.cd = bool(flags & CD)
+        self.cookie = cookie      # the client cookie it carried (RFC 7873), else empty
         self.key = name + question[-4:] + bytes(((do << 1) | self.cd,))
 
     @property
@@ -85,20 +91,21 @@ def parse_query(data: bytes) -> Query | None:
     end = pos + 4
     if qclass != CLASS_IN or is_meta_type(qtype):
         return None
-    edns, payload, do = False, PLAIN_PAYLOAD, False
+    edns, payload, do, cookie = False, PLAIN_PAYLOAD, False, b""
     if arcount:
         if end + 11 > n or data[end] != 0:
             return None
         rtype, payload, _, version, eflags, rdlen = _OPT_FIXED.unpack_from(data, end + 1)
         if rtype != TYPE_OPT or version != 0 or end + 11 + rdlen != n:
             return None
-        if not _options_well_formed(data, end + 11, n):
+        found = client_cookie(data, end + 11, n)
+        if found is None:
             return None
-        edns, do = True, bool(eflags & DO)
+        edns, do, cookie = True, bool(eflags & DO), found
         payload = max(payload, PLAIN_PAYLOAD)
     elif end != n:
         return None
-    return Query(qid, flags, data[12:end], data[12:pos].lower(), qtype, edns, payload, do)
+    return Query(qid, flags, data[12:end], data[12:pos].lower(), qtype, edns, payload, do, cookie)
 
 
 def is_meta_type(qtype: int) -> bool:
@@ -107,12 +114,35 @@ def is_meta_type(qtype: int) -> bool:
     return qtype == TYPE_OPT or 128 <= qtype <= 254
 
 
-def _options_well_formed(data: bytes, pos: int, end: int) -> bool:
+def client_cookie(data: bytes, pos: int, end: int) -> bytes | None:
+    """The client cookie among the EDNS options in data[pos:end] (empty if none); None when
+    the options overrun their space or a COOKIE option has a length RFC 7873 5.2.2 calls
+    malformed (FORMERR)."""
+    cookie = b""
     while pos < end:
         if pos + 4 > end:
-            return False
-        pos += 4 + _U16.unpack_from(data, pos + 2)[0]
-    return pos == end
+            return None
+        code, length = _TYPE_CLASS.unpack_from(data, pos)
+        pos += 4 + length
+        if code == COOKIE:
+            if length != CLIENT_COOKIE and not 16 <= length <= 40:
+                return None
+            cookie = data[pos - length:pos - length + CLIENT_COOKIE]
+    return cookie if pos == end else None
+
+
+# A server cookie (RFC 7873 4.2) is the keyed hash of the client cookie under a secret of this
+# process. We never refuse a query for its cookie (RFC 7873 5.2.3 and 5.2.4 leave that to the
+# server's policy; a pod's clients are local), so the cookie protects nothing of ours: it is
+# there so that a client speaking cookies gets well-formed replies. Leaving the client's
+# address out keeps every reply a function of the query's bytes, which the memo relies on.
+_COOKIE_SECRET = secrets.token_bytes(16)
+
+
+def cookie_option(client: bytes) -> bytes:
+    """The COOKIE option of a reply: the client cookie and our server cookie."""
+    server = hashlib.blake2b(client, key=_COOKIE_SECRET, digest_size=8).digest()
+    return b"\x00\x0a\x00\x10" + client + server
 
 
 def upstream_query(q: Query, qid: int) -> bytes:
@@ -160,11 +190,18 @@ def question_length(query: bytes) -> int:
     return pos + 1 + 4 - 12
 
 
-def render(stored: bytes | memoryview, ttl_offsets: tuple[int, ...], ttl: int | None, q: Query) -> bytes:
-    """A stored answer made the client's: its ID, spelling, RD/CD bits, EDNS; TTLs set."""
+def render(stored: bytes | memoryview, ttl_offsets: tuple[int, ...], ttl: int | None, q: Query,
+           cap: int | None = None) -> bytes:
+    """A stored answer made the client's: its ID, spelling, RD/CD bits, EDNS; TTLs set.
+
+    Every TTL becomes `ttl`; with `ttl` None each keeps the upstream's, lowered to `cap` if
+    given (a reply the cache did not store still obeys `cache 30`). RA is ours: this server
+    recurses, whatever the upstream offers (RFC 1035 4.1.1). AA is not: a forwarder is no
+    authority for what it relays or caches (RFC 1034 4.3.1, RFC 2181 5.4.1).
+    """
     buf = bytearray(stored)
-    flags = _U16.unpack_from(stored, 2)[0] & ~(RD | CD | TC)
-    flags |= q.flags & (RD | CD)
+    flags = _U16.unpack_from(stored, 2)[0] & ~(RD | CD | TC | AA)
+    flags |= RA | (q.flags & (RD | CD))
     if not (q.do or q.flags & AD):
         flags &= ~AD  # RFC 6840 5.8: AD only for clients that asked for it
     HEADER.pack_into(buf, 0, q.id, flags, 1, *_counts(stored))
@@ -173,8 +210,13 @@ def render(stored: bytes | memoryview, ttl_offsets: tuple[int, ...], ttl: int | 
         packed = ttl.to_bytes(4, "big")
         for off in ttl_offsets:
             buf[off:off + 4] = packed
+    elif cap is not None:
+        for off in ttl_offsets:
+            value = _U32.unpack_from(buf, off)[0]
+            if value > cap:  # the top bit set means 0 (RFC 2181 8), and is sent as 0
+                _U32.pack_into(buf, off, 0 if value & 0x80000000 else cap)
     if q.edns:
-        buf += opt_record(q.do)
+        buf += opt_record(q.do, _cookie(q))
         _U16.pack_into(buf, 10, _U16.unpack_from(buf, 10)[0] + 1)
     return bytes(buf)
 
@@ -185,10 +227,10 @@ def _counts(stored: bytes | memoryview) -> tuple[int, int, int]:
 
 def truncated(q: Query, flags: int) -> bytes:
     """The reply to send when the answer does not fit: question only, TC set."""
-    out_flags = (flags & ~(RD | CD | AD | RCODE_MASK)) | TC | QR | (q.flags & (RD | CD))
+    out_flags = (flags & ~(RD | CD | AD | AA | RCODE_MASK)) | TC | QR | RA | (q.flags & (RD | CD))
     out_flags |= flags & RCODE_MASK
     header = HEADER.pack(q.id, out_flags, 1, 0, 0, 1 if q.edns else 0)
-    return header + q.question + (opt_record(q.do) if q.edns else b"")
+    return header + q.question + (opt_record(q.do, _cookie(q)) if q.edns else b"")
 
 
 def error_reply(q: Query, rcode: int, ede: tuple[int, str] | None = None) -> bytes:
@@ -200,7 +242,11 @@ def error_reply(q: Query, rcode: int, ede: tuple[int, str] | None = None) -> byt
     header = HEADER.pack(q.id, flags, 1, 0, 0, 1 if q.edns else 0)
     if not q.edns:
         return header + q.question
-    return header + q.question + opt_record(q.do, ede_option(*ede) if ede else b"")
+    return header + q.question + opt_record(q.do, _cookie(q) + (ede_option(*ede) if ede else b""))
+
+
+def _cookie(q: Query) -> bytes:
+    return cookie_option(q.cookie) if q.cookie else b""
 
 
 def rcode_of(stored: bytes) -> int:

@@ -10,7 +10,10 @@ Syntax (CoreDNS's):
         disable success|denial
     }
 
-`cache 30` caps both positive and negative TTLs at 30 seconds, as in CoreDNS.
+`cache 30` caps both positive and negative TTLs at 30 seconds, as in CoreDNS. Unlike
+CoreDNS, no TTL is raised by default (MINTTL 0, where CoreDNS has 5): an authority's TTL 0
+is relayed as 0 and never cached, a TTL 2 is served as 2 (RFC 1035 3.2.1, RFC 2181 8). An
+explicit MINTTL still sets a floor for those who want one.
 """
 
 from __future__ import annotations
@@ -32,10 +35,10 @@ class CacheSpec:
     zones: tuple[str, ...] = ()
     success_capacity: int = DEFAULT_CAPACITY
     success_ttl: int = 3600
-    success_min_ttl: int = 5
+    success_min_ttl: int = 0          # CoreDNS: 5; we never raise an authority's TTL unasked
     denial_capacity: int = DEFAULT_CAPACITY
     denial_ttl: int = 1800
-    denial_min_ttl: int = 5
+    denial_min_ttl: int = 0
     servfail_ttl: float = 5.0
     serve_stale: float = 0.0          # 0: off; else how long past expiry an entry may be served
     serve_stale_verify: bool = False  # verify: ask upstream first, stale only on failure
