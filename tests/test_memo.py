@@ -136,3 +136,19 @@ def test_a_truncated_reply_is_not_patched_but_rendered_anew() -> None:
     same_second = router.memo.lookup(data, 100.5)
     assert same_second is not None and same_second[0] == cut
     assert router.memo.lookup(data, 101.0) is None and len(router.memo) == 0
+
+
+def test_a_repeat_with_a_cookie_gets_its_own_cookie_answered() -> None:
+    """Queries that differ only in their client cookie are different bytes: each repeat gets
+    the reply the cache would render for it, with its own cookie and our server cookie."""
+    router, zone = setup()
+    fill(zone, query(NAME), now=100.0)
+    for client_cookie in (bytes(range(8)), bytes(range(8, 16))):
+        msg = query(NAME)
+        msg.use_edns(0, 0, 1232, options=[dns.edns.CookieOption(client_cookie, b"")])
+        data = to_wire(msg)
+        first, again = served(router, data, 100.2), served(router, data, 100.4)
+        assert first is not None and first == again == rendered(zone, data, 100.4)
+        (option,) = dns.message.from_wire(again).options
+        assert isinstance(option, dns.edns.CookieOption) and option.client == client_cookie
+        assert option.server == wire.cookie_option(client_cookie)[12:]
