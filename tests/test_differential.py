@@ -112,6 +112,11 @@ def malformed() -> list[Case]:
         cases.append(Case(f"{what}, no EDNS", data, True))
         cases.append(Case(f"{what}, EDNS", with_opt(data), True))
     cases.append(Case("no question, COOKIE", with_opt(shapes["no question"], cookie), True))
+    for owner, rdtype, rdclass in (("version.bind.", "TXT", "CH"), ("id.server.", "TXT", "CH"),
+                                   ("host.plain.test.", "A", "HS"), ("plain.test.", "AXFR", "IN"),
+                                   ("plain.test.", "ANY", "IN")):
+        msg = dns.message.make_query(owner, rdtype, rdclass)
+        cases.append(Case(f"{owner} {rdclass} {rdtype}", _to_wire(msg), rdtype != "ANY"))
     cases.append(Case("COOKIE of 5 bytes", with_opt(base, struct.pack("!HH", 10, 5) + bytes(5)), True))
     return cases
 
@@ -249,6 +254,10 @@ DELIBERATE = [
     Deliberate(("rcode",), lambda c, ours, ref: c.label.startswith("opcode NOTIFY"),
                "NOTIFY is not implemented, so NOTIMP as for every opcode but QUERY (RFC 1035 "
                "4.1.1; CoreDNS does the same); Unbound and dnsmasq say REFUSED"),
+    Deliberate(("rcode", "answer"), lambda c, ours, ref: " CH " in c.label,
+               "a class other than IN is REFUSED, CHAOS included: a pod's resolver does not say "
+               "what it is or runs (CoreDNS without its chaos plugin answers the same); Unbound "
+               "and dnsmasq answer version.bind"),
     Deliberate(("cookie",), lambda c, ours, ref: "COOKIE" in c.label or c.label.endswith(" cookie"),
                "we answer a client cookie with ours (RFC 7873); neither reference speaks cookies "
                "in its default configuration, so both leave the option out"),
