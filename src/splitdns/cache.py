@@ -140,6 +140,10 @@ class Cache:
             reply.rcode() == dns.rcode.NOERROR and not reply.answer and reply.soa_ttl is not None)
         return spec.denial_ttl if negative else spec.success_ttl
 
+    def cap_of(self, entry: Entry) -> int:
+        """The cap of an entry's kind: what a stale answer's TTL may not exceed either."""
+        return self.spec.success_ttl if entries.kind(entry) == SUCCESS else self.spec.denial_ttl
+
     def _forget(self, key: bytes, table: OrderedDict[bytes, Entry]) -> None:
         old = table.pop(key, None)
         if old is not None:

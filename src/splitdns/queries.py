@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 Verdict = wire.Query | bytes | None  # a query to resolve, a reply to send now, or silence
 MAX_ADDITIONAL = 2  # ARCOUNT above this is FORMERR (miekg/dns: an OPT and a TSIG at most)
+MAX_WALKED = 8  # records of a malformed query we look through for its OPT record
 
 
 def read(data: bytes) -> Verdict:
@@ -108,6 +109,8 @@ def _opt(data: bytes) -> Opt | None:
     records without reading their data; None if it has none or the walk breaks."""
     n = len(data)
     qdcount, ancount, nscount, arcount = struct.unpack_from("!HHHH", data, 4)
+    if qdcount + ancount + nscount + arcount > MAX_WALKED:
+        return None  # garbage, not a client speaking EDNS: not worth a walk (a flood is made of it)
     pos = 12
     for _ in range(qdcount):
         pos = _skip_name(data, pos)

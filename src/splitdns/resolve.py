@@ -37,10 +37,9 @@ A good reply first loses the authority and additional records that another zone 
 the cache (if it may be) and rendered for each waiting client. A UDP reply larger than the
 client can take is replaced by a truncated one (TC set), so the client retries over TCP.
 
-An expired entry within serve_stale's window is answered at once with a 30 s TTL (or the
-cache's cap, if lower) while one refresh goes upstream; after a refresh is tried, the next
-waits STALE_RECHECK (RFC 8767), so a dead upstream is not asked again by every client of a
-stale name.
+An expired entry within serve_stale's window is answered at once with a 30 s TTL (at most
+the cap) while one refresh goes upstream; after a refresh is tried, the next waits
+STALE_RECHECK (RFC 8767), so a dead upstream is not asked again by every client of a stale name.
 """
 
 from __future__ import annotations
@@ -351,9 +350,7 @@ class Zone:
         entry = self.cache.get_stale(q.key, now)
         if entry is None:
             return None
-        spec = self.cache.spec
-        cap = spec.success_ttl if entries.kind(entry) == entries.SUCCESS else spec.denial_ttl
-        return entries.render(entry, min(STALE_TTL, cap), q)
+        return entries.render(entry, min(STALE_TTL, self.cache.cap_of(entry)), q)
 
     def refresh_due(self, q: wire.Query, now: float) -> bool:
         """Whether a stale entry may be refreshed upstream now: once per STALE_RECHECK at most,
@@ -374,9 +371,8 @@ class Zone:
         return self.cache is not None and not self.cache.spec.serve_stale_verify
 
     def render(self, q: wire.Query, done: Done, entry: Entry | None, now: float) -> bytes:
-        """The reply one client gets for an exchange's outcome (merged clients each get theirs).
-        A reply the cache did not keep (TTL 0, a referral, an uncached rcode) keeps its
-        TTLs, each lowered to the cache's cap."""
+        """The reply one client gets for an exchange's outcome (merged clients each get theirs);
+        one the cache did not keep (TTL 0, a referral) has each TTL lowered to the cap."""
         if entry is not None:
             return entries.render(entry, entries.remaining(entry, now), q)
         if done.reply is None:
