@@ -1,12 +1,15 @@
 """Client input: read a query fast when it is plain, with dnspython otherwise, or say what to answer.
 
-Rules (miekg/dns and Unbound agree): nothing at
-all for fewer than 12 bytes or for a packet with QR set (any reply could amplify an
-attack); NOTIMP for an opcode other than QUERY; FORMERR for anything that does not parse,
-does not hold exactly one question, or carries answer or authority records or more than
-two additional records (an OPT and a TSIG at most, as miekg/dns); BADVERS for an EDNS
-version other than 0; REFUSED for a class other than IN and for the meta types (OPT,
-AXFR, IXFR, TSIG, TKEY, MAILA, MAILB: `wire.is_meta_type`). Pure: no sockets, no clock.
+Rules (miekg/dns and Unbound agree): nothing at all for fewer than 12 bytes or for a packet
+with QR set (any reply could amplify an attack); NOTIMP for an opcode other than QUERY;
+FORMERR for anything that does not parse, does not hold exactly one question, has TC set,
+or carries answer or authority records or more than two additional records (an OPT and a
+TSIG at most, as miekg/dns), and for a malformed COOKIE option; BADVERS for an EDNS version
+other than 0; REFUSED for a class other than IN and for the meta types (OPT, AXFR, IXFR,
+TSIG, TKEY, MAILA, MAILB: `wire.is_meta_type`). A query without a question but with a
+client cookie asks for our server cookie (RFC 7873 5.4): NOERROR with both. Every error
+reply to a query with an OPT record has one too (RFC 6891 7), and every reply has RA set.
+Pure: no sockets, no clock.
 """
 
 from __future__ import annotations
