@@ -1,30 +1,49 @@
-# splitdns: the in-pod split-DNS resolver image. Not built on the development machine (no container
-# engine there); see docs/kubernetes.md for what was tested instead.
+# splitdns: the in-pod split-DNS resolver image (README.md, "The image": how to build and push it).
 #
 #   docker build -t ghcr.io/splitdns/splitdns:0.1.0 .
+#   podman build --build-arg BASE_IMAGE=registry.example.com/mirror/python:3.11-slim-bookworm -t ... .
 #
 # The entrypoint is `splitdns serve`, so a pod spec written for CoreDNS (args: ["-conf", FILE]) works
-# unchanged. Runs as uid 65532, writes nothing: fine with readOnlyRootFilesystem. Binding port 53 as
-# non-root needs the pod sysctl net.ipv4.ip_unprivileged_port_start=53 (what `splitdns render` emits).
+# unchanged; `splitdns verify`, `openvpn-hook` and the admission webhook run from the same image
+# (`kubectl exec ... -- splitdns verify`, or `command: ["splitdns", ...]`). Runs as uid 65532 and
+# writes nothing: fine with readOnlyRootFilesystem. Binding port 53 as non-root needs the pod sysctl
+# net.ipv4.ip_unprivileged_port_start=53 (what `splitdns render` emits). `make test` builds this file
+# with podman and runs the image in the namespace lab as the rendered pod runs it (tests/test_image.py).
 
-FROM python:3.11-slim-bookworm AS build
+# Any Debian bookworm image with Python 3.11 (`python3`) and its venv module will do, such as a
+# private mirror of the official one.
+ARG BASE_IMAGE=python:3.11-slim-bookworm
+
+FROM ${BASE_IMAGE} AS build
 WORKDIR /src
 COPY pyproject.toml README.md ./
+COPY tools/image_requirements.py ./tools/
 COPY src ./src
-RUN pip wheel --no-cache-dir --no-deps --wheel-dir /wheels . \
- && python -m venv /opt/splitdns \
- # The image only serves: the resolver's own dependencies, not the render/check ones (PyYAML,
- # kubernetes-validate's 100 MB of schemas, lightkube), which stay on the developer's machine.
- # tests/test_image.py keeps this list equal to pyproject's serving dependencies.
- && /opt/splitdns/bin/pip install --no-cache-dir "dnspython>=2.9.1,<3" "prometheus_client>=0.20" "uvloop>=0.19" \
- && /opt/splitdns/bin/pip install --no-cache-dir --no-deps /wheels/*.whl \
- && /opt/splitdns/bin/pip uninstall --yes pip setuptools
+# The wheel is built with a throw-away pip; /opt/splitdns gets no pip at all. It holds the package
+# and only what serving needs (tools/image_requirements.py: not the render/check dependencies such
+# as kubernetes-validate's 100 MB of schemas, which stay on the developer's machine).
+RUN python3 -m venv /opt/build \
+ && /opt/build/bin/pip wheel --quiet --no-cache-dir --no-deps --wheel-dir /wheels . \
+ && python3 tools/image_requirements.py pyproject.toml > /tmp/requirements.txt \
+ && python3 -m venv --without-pip /opt/splitdns \
+ && /opt/build/bin/pip --python /opt/splitdns/bin/python install --quiet --no-cache-dir \
+        -r /tmp/requirements.txt \
+ && /opt/build/bin/pip --python /opt/splitdns/bin/python install --quiet --no-cache-dir --no-deps \
+        /wheels/*.whl
 
-FROM python:3.11-slim-bookworm
+FROM ${BASE_IMAGE}
+# Kept equal to pyproject.toml's version by tests/test_image.py.
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="splitdns" \
+      org.opencontainers.image.description="An in-pod split-DNS resolver for pods with an OpenVPN sidecar" \
+      org.opencontainers.image.source="https://github.com/splitdns/splitdns" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0"
 COPY --from=build /opt/splitdns /opt/splitdns
 ENV PATH=/opt/splitdns/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
+# Numeric, so the kubelet can check runAsNonRoot; equal to the runAsUser `splitdns render` sets.
 USER 65532:65532
 EXPOSE 53/udp 53/tcp 8080/tcp 8181/tcp
 ENTRYPOINT ["splitdns", "serve"]

@@ -1,10 +1,15 @@
-"""The image, tested as far as this machine allows (no container engine, no base image here): the
-Dockerfile's promises, the built wheel in a clean virtualenv, and `splitdns serve` run exactly as the
-rendered securityContext asks: uid 65534, no capabilities, no_new_privs, read-only root filesystem,
-port 53 bound thanks to the namespace's net.ipv4.ip_unprivileged_port_start=53 alone.
+"""The image, for real: the Dockerfile built with podman and run as `splitdns render`'s pod runs it.
 
-Network safety: the serve test runs in a network namespace it creates (unique name) and removes in
-`finally`; its only interface is loopback, so nothing it sends can leave.
+The base is a stand-in for `python:3.11-slim-bookworm` made from Debian packages (no registry
+here; tests/support/podman.py), passed as the Dockerfile's BASE_IMAGE build argument. The image
+then runs in the namespace lab as the pod's resolver, beside the real OpenVPN client, with the
+rendered dns container's arguments, securityContext and Corefile volume (tests/support/image_pod.py).
+Sizes and build times are printed (run with -s).
+
+Everything podman keeps lives in a scratch directory removed at the end, also on failure; the lab
+removes its namespaces. Network safety: the containers join namespaces the tests create (the lab's
+pod, or a namespace with only loopback); nothing listens or sends in the host's namespace. The
+build itself fetches Python packages through this machine's pip configuration, as `make venv` does.
 """
 
 from __future__ import annotations
@@ -12,172 +17,267 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
-import tempfile
-import time
+import sys
 import tomllib
 import uuid
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.support.processes import parse_dig, stop, wait_ready, write_json_atomically
+from splitdns.kube import manifests
+from tests.lab import PodSpec, configs
+from tests.lab.fixtures import require_lab
+from tests.lab.netns import wait_for
+from tests.support import image_pod, podman
+from tools.image_requirements import image_requirements, name_of
 
 ROOT = Path(__file__).parents[1]
-SYSTEM_PYTHON = "/usr/bin/python3"  # pyenv's python lives in /root, which uid 65534 cannot read
-NOBODY = 65534
-# Dependencies that only render/check/explain need; the image leaves them out.
-KUBE_ONLY = {"pyyaml", "kubernetes-validate", "lightkube"}
+PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+VERSION = PYPROJECT["project"]["version"]
+TAG = "localhost/splitdns:test"
+# The lab's VPN client as the rendered vpn container runs it (--management ... --management-up-down).
+VPN_EXTRA = "management-up-down\n"
+# An HTTP GET as the kubelet's probe makes it: prints the status and the body.
+PROBE = """\
+import sys, urllib.error, urllib.request
+try:
+    with urllib.request.urlopen(sys.argv[1], timeout=3) as r:
+        print(r.status, r.read().decode(errors="replace").strip())
+except urllib.error.HTTPError as e:
+    print(e.code, e.read().decode(errors="replace").strip())
+"""
+TUNNEL_COREFILE = """\
+.:53 {
+    errors
+    cache 30
+    forward . 10.100.0.10
+}
+svc.acme.internal:53 {
+    errors
+    cache 30
+    openvpn {
+        management 127.0.0.1:7505
+    }
+}
+"""
 
 
-def requirement_name(req: str) -> str:
-    return re.split(r"[<>=!~ \[;]", req, maxsplit=1)[0].strip().lower().replace("_", "-")
+@dataclass
+class Built:
+    engine: podman.Engine
+    config: dict[str, object]
+    size: int
+    timing: podman.Timing
+    idle: str = ""  # a container of the image that only sleeps, for `podman exec` checks (each new
+    #                 container copies the image with the vfs driver: seconds, where exec takes 0.3 s)
 
 
-def test_dockerfile_runs_serve_as_non_root_with_the_seeds_args() -> None:
-    text = (ROOT / "Dockerfile").read_text()
-    assert 'ENTRYPOINT ["splitdns", "serve"]' in text  # so `args: ["-conf", FILE]` works unchanged
-    assert 'CMD ["-conf", "/etc/coredns/Corefile"]' in text
-    assert re.search(r"^USER 65532:65532$", text, re.M)
-    assert "PYTHONDONTWRITEBYTECODE=1" in text  # nothing to write on a read-only root filesystem
+def require_image_tools() -> None:
+    reason = podman.missing_prerequisite()
+    if reason is None:
+        return
+    if os.environ.get("SPLITDNS_LAB_REQUIRED") == "1":
+        pytest.fail(f"SPLITDNS_LAB_REQUIRED=1 but {reason}", pytrace=False)
+    pytest.skip(reason)
 
 
-def test_dockerfile_installs_exactly_the_serving_dependencies() -> None:
-    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    serving = {requirement_name(r) for r in project["dependencies"]} - KUBE_ONLY
-    serving |= {requirement_name(r) for r in project["optional-dependencies"]["fast"]}
-    installed = re.findall(r'"([A-Za-z0-9_.-]+)[<>=][^"]*"', (ROOT / "Dockerfile").read_text())
-    assert {requirement_name(r) for r in installed} == serving
+def rendered(tmp: Path, corefile: str = TUNNEL_COREFILE) -> list[image_pod.Doc]:
+    source = tmp / "Corefile.in"
+    source.write_text(corefile)
+    return image_pod.render(source)
 
 
 @pytest.fixture(scope="module")
-def clean_venv() -> Iterator[Path]:
-    """The wheel built from this tree, installed with only the serving dependencies into a fresh
-    virtualenv of the system Python, in a directory uid 65534 can read."""
-    if not Path(SYSTEM_PYTHON).exists():
-        pytest.skip(f"{SYSTEM_PYTHON} is missing: no Python a non-root user can run")
-    base = Path(tempfile.mkdtemp(prefix="splitdns-image-"))
-    try:
-        base.chmod(0o755)
-        pip = [str(ROOT / ".venv" / "bin" / "pip"), "--disable-pip-version-check", "-q"]
-        subprocess.run([*pip, "wheel", "--no-deps", "-w", str(base / "wheel"), str(ROOT)], check=True,
-                       capture_output=True, timeout=120)
-        subprocess.run([SYSTEM_PYTHON, "-m", "venv", "--without-pip", str(base / "venv")], check=True,
-                       timeout=60)
-        target = ["--python", str(base / "venv" / "bin" / "python"), "install", "--no-compile"]
-        wheel = next((base / "wheel").glob("splitdns-*.whl"))
-        # As in the Dockerfile: the package without its render/check dependencies.
-        subprocess.run([*pip, *target, "--no-deps", str(wheel)], check=True, capture_output=True, timeout=120)
-        deps = [r for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-                if requirement_name(r) not in KUBE_ONLY]
-        done = subprocess.run([*pip, *target, *deps], capture_output=True, text=True, timeout=180)
-        if done.returncode != 0:
-            pytest.skip(f"cannot install the serving dependencies ({', '.join(deps)}): {done.stderr.strip()}")
-        yield base / "venv"
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
+def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
+    require_image_tools()
+    with podman.engine() as engine:
+        timing = podman.Timing()
+        try:
+            engine.build(ROOT, TAG, timing)
+        except podman.ImageError as err:
+            pytest.fail(f"the image did not build: {err}", pytrace=False)
+        # The name the rendered manifests give the image (render's default): tag and push it so.
+        expected = image_pod.dns_container(rendered(tmp_path_factory.mktemp("render")))["image"]
+        engine.podman("tag", TAG, expected)
+        data = engine.inspect(TAG)
+        size = int(data["Size"])  # type: ignore[call-overload]
+        print(f"\nimage {TAG} (also {expected}): {size / 1e6:.0f} MB; base "
+              f"{'made by mmdebstrap' if timing.base_made else 'from the cache'} {timing.base_s:.1f} s, "
+              f"import {timing.import_s:.1f} s, build {timing.build_s:.1f} s")
+        made = Built(engine, data["Config"], size, timing)  # type: ignore[arg-type]
+        made.idle = engine.podman("run", "--detach", "--pull=never", "--network=none", "--read-only",
+                                  "--entrypoint=sleep", TAG, "600").strip()
+        yield made
 
 
-def test_wheel_installs_and_serves_without_the_kube_dependencies(clean_venv: Path) -> None:
-    out = subprocess.run([str(clean_venv / "bin" / "splitdns"), "--version"], capture_output=True, text=True,
-                         check=True, timeout=30)
-    assert out.stdout.strip() == "splitdns 0.1.0"
-    no_yaml = subprocess.run([str(clean_venv / "bin" / "python"), "-c", "import yaml"], capture_output=True)
-    assert no_yaml.returncode != 0  # serve below works without PyYAML: the kube imports are lazy
+def in_image(built: Built, *argv: str, entrypoint: str = "python3") -> subprocess.CompletedProcess[str]:
+    return built.engine.popen("exec", built.idle, entrypoint, *argv)
 
 
-def need(*tools: str) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create a network namespace and switch to uid 65534")
-    for tool in tools:
-        if shutil.which(tool) is None:
-            pytest.skip(f"{tool} is not installed")
+def test_image_is_labelled_and_runs_as_the_rendered_user(built: Built, tmp_path: Path) -> None:
+    labels = built.config["Labels"]
+    assert isinstance(labels, dict)
+    assert labels["org.opencontainers.image.version"] == VERSION
+    assert labels["org.opencontainers.image.licenses"] == PYPROJECT["project"]["license"]
+    assert labels["org.opencontainers.image.source"].startswith("https://")
+    version = in_image(built, "--version", entrypoint="splitdns")
+    assert version.stdout.strip() == f"splitdns {VERSION}", version.stderr
+    # The user and the default arguments are the rendered pod's, so the pod runs even without them.
+    dns = image_pod.dns_container(rendered(tmp_path))
+    context = dns["securityContext"]
+    assert built.config["User"] == f"{context['runAsUser']}:{context['runAsGroup']}"
+    assert built.config["Entrypoint"] == ["splitdns", "serve"]
+    assert built.config["Cmd"] == dns["args"]
+    # render's default image is this project's version: what to tag and push (README).
+    assert manifests.DEFAULT_IMAGE.endswith(f":{VERSION}")
 
 
-def ns_argv(ns: str, *argv: str) -> list[str]:
-    return ["ip", "netns", "exec", ns, *argv]
+def test_image_holds_only_what_serving_needs(built: Built) -> None:
+    wanted = {name_of(r) for r in image_requirements(PYPROJECT)} | {"splitdns"}
+    left_out = {name_of(n) for n in PYPROJECT["tool"]["splitdns"]["image"]["without"]}
+    listing = in_image(built, "-c", "import importlib.metadata as m, json, os, sys; print(json.dumps("
+                       "[sys.prefix, sorted(d.metadata['Name'] for d in m.distributions()), sorted(os.listdir('/'))"
+                       ", sorted(os.listdir('/opt'))]))")
+    prefix, installed, top, opt = json.loads(listing.stdout)
+    installed = {name_of(n) for n in installed}
+    print(f"\nimage {built.size / 1e6:.0f} MB; /opt/splitdns holds {', '.join(sorted(installed))}")
+    assert prefix == "/opt/splitdns"
+    assert wanted <= installed
+    assert not installed & (left_out | {"pip", "setuptools", "wheel"})
+    # Nothing of the build stage but the virtualenv: no sources, wheels or build tools.
+    assert opt == ["splitdns"] and not {"src", "wheels"} & set(top)
+    no_yaml = in_image(built, "-c", "import yaml")
+    assert no_yaml.returncode != 0 and "No module named 'yaml'" in no_yaml.stderr
 
 
-def as_nobody_on_read_only_root(ns: str, argv: list[str]) -> list[str]:
-    """The rendered securityContext, by hand: runAsUser 65534 (any non-root uid), capabilities drop
-    ALL, allowPrivilegeEscalation false (no_new_privs), readOnlyRootFilesystem (a private mount
-    namespace where / is remounted read-only)."""
-    drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--inh-caps=-all",
-            "--bounding-set=-all", "--no-new-privs"]
-    script = 'mount --make-rprivate / && mount -o remount,ro,bind / && exec "$@"'
-    return ns_argv(ns, "unshare", "--mount", "sh", "-c", script, "sh", *drop, *argv)
+def test_image_serves_the_commands_a_cluster_needs(built: Built) -> None:
+    commands = ["serve", "verify", "openvpn-hook"]
+    ours = subprocess.run([sys.executable, "-m", "splitdns", "--help"], capture_output=True, text=True,
+                          check=True).stdout
+    commands += [c for c in ("webhook",) if re.search(rf"\b{c}\b", ours)]  # once this tree has it
+    for command in commands:
+        done = in_image(built, command, "--help", entrypoint="splitdns")
+        assert done.returncode == 0, f"splitdns {command} in the image: {done.stderr}"
 
 
-def test_serve_binds_53_as_non_root_only_with_the_sysctl(clean_venv: Path) -> None:
-    need("ip", "dig", "setpriv", "unshare")
+def test_port_53_needs_the_pod_sysctl(built: Built, tmp_path: Path) -> None:
+    """The reason the rendered pod sets net.ipv4.ip_unprivileged_port_start: without it the
+    non-root, capability-less resolver cannot bind 53 and exits."""
     ns = f"sdimg-{uuid.uuid4().hex[:8]}"
-    work = Path(tempfile.mkdtemp(prefix="splitdns-serve-"))
-    work.chmod(0o755)
-    upstream = None
-    server = None
+    docs = rendered(tmp_path)
+    configmap = image_pod.ConfigMapDir(tmp_path / "configmap")
+    configmap.write({"Corefile": ".:53 {\n    forward . 127.0.0.2\n}\n"})
     try:
         subprocess.run(["ip", "netns", "add", ns], check=True, timeout=10)
-        subprocess.run(["ip", "-n", ns, "link", "set", "lo", "up"], check=True, timeout=10)
-        # A scripted upstream inside the namespace stands in for kube-dns.
-        write_json_atomically(work / "script.json", [
-            {"qtype": "NS", "records": [". 30 IN NS a.root-servers.net."]},
-            {"suffix": "cluster.local",
-             "records": ["kubernetes.default.svc.cluster.local. 30 IN A 10.96.0.1"]},
-        ])
-        with (work / "upstream.log").open("wb") as log:
-            script = ROOT / "tests" / "support" / "scripted_upstream.py"
-            upstream = subprocess.Popen(ns_argv(
-                ns, str(ROOT / ".venv" / "bin" / "python"), str(script),
-                "--addr", "127.0.0.2", "--script", str(work / "script.json"), "--log", str(work / "q.jsonl"),
-                "--ready-file", str(work / "ready")), stdout=log, stderr=log)
-        port = wait_ready(upstream, work / "ready", work / "upstream.log")
-        corefile = work / "Corefile"
-        corefile.write_text(f".:53 {{\n    errors\n    forward . 127.0.0.2:{port}\n    health :8080\n"
-                            "    ready\n}\n")
-        corefile.chmod(0o644)
-        serve = as_nobody_on_read_only_root(ns, [str(clean_venv / "bin" / "splitdns"), "serve", "-conf",
-                                                 str(corefile)])
-        # Control: without the sysctl a non-root process cannot bind port 53, capabilities or not.
-        refused = subprocess.run(serve, capture_output=True, text=True, timeout=30)
-        assert refused.returncode == 1, refused.stderr
-        assert "ermission denied" in refused.stderr
-        # The rendered pod's sysctl, set the way the kubelet sets it: in the pod's namespace only.
-        subprocess.run(ns_argv(ns, "sysctl", "-qw", "net.ipv4.ip_unprivileged_port_start=53"), check=True)
-        with (work / "serve.log").open("wb") as log:
-            server = subprocess.Popen(serve, stdout=log, stderr=log)
-        answer = None
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            dig = subprocess.run(ns_argv(ns, "dig", "@127.0.0.1", "-p", "53", "+tries=1", "+time=1",
-                                         "kubernetes.default.svc.cluster.local"),
-                                 capture_output=True, text=True, timeout=10)
-            answer = parse_dig(dig.stdout, dig.stderr, 0.0)
-            if answer.status == "NOERROR" or server.poll() is not None:
-                break
-            time.sleep(0.1)
-        assert server.poll() is None, (work / "serve.log").read_text()
-        assert answer is not None and answer.rdata == ["10.96.0.1"]
-        status = Path(f"/proc/{server.pid}/status").read_text()
-        assert re.search(rf"^Uid:\s+{NOBODY}\s+{NOBODY}", status, re.M)
-        assert re.search(r"^CapEff:\s+0+$", status, re.M)
-        # The probes the rendered manifests wire: /health and /ready on every address of the pod.
-        # /ready turns 200 once the zone has answered its probe query, which may lag the dig a little.
-        fetch = ("import sys, time, urllib.request as u\n"
-                 "for p in sys.argv[1:]:\n"
-                 "    for _ in range(50):\n"
-                 "        try:\n"
-                 "            print(p, u.urlopen('http://127.0.0.1:' + p, timeout=2).status); break\n"
-                 "        except OSError: time.sleep(0.1)\n")
-        got = subprocess.run(ns_argv(ns, SYSTEM_PYTHON, "-c", fetch, "8080/health", "8181/ready"),
-                             capture_output=True, text=True, timeout=20)
-        assert got.stdout.split() == ["8080/health", "200", "8181/ready", "200"], got.stderr
-        queries = [json.loads(line) for line in (work / "q.jsonl").read_text().splitlines()]
-        assert "kubernetes.default.svc.cluster.local." in {q.get("qname") for q in queries}
+        args = image_pod.podman_run_args(docs, str(built.config["User"]), {manifests.COREFILE_VOLUME:
+                                                                           configmap.path})
+        done = built.engine.popen("run", "--rm", "--pull=never", f"--network=ns:/run/netns/{ns}", *args)
+        assert done.returncode == 1, done.stdout + done.stderr
+        assert "ermission denied" in done.stderr
     finally:
-        for process in (server, upstream):
-            if process is not None:
-                stop(process)
         subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
-        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def pod(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[image_pod.ImageLab]:
+    require_lab()
+    tmp = tmp_path_factory.mktemp("image-pod")
+    docs = rendered(tmp)
+    # The rendered Corefile with two changes for the lab. A reload interval a test can wait for
+    # (rendered: the default, 30 s). The catch-all's readiness asks a name instead of the root:
+    # the lab's cluster DNS (dnsmasq without upstreams) refuses `.`, which kube-dns forwards, and
+    # render's `--probe .=NAME` does not reach the `.` block.
+    corefile = image_pod.configmap_corefile(docs)
+    for line, lab_line in (("reload", "reload 2s 1s"),
+                           ("ready", f"ready {{\n        probe {configs.KUBERNETES_NAME}\n    }}")):
+        assert re.search(rf"^    {line}$", corefile, re.M), corefile
+        corefile = re.sub(rf"^    {line}$", f"    {lab_line}", corefile, flags=re.M)
+    lab = image_pod.ImageLab(PodSpec(corefile=corefile, vpn_extra=VPN_EXTRA), built.engine, docs,
+                             str(built.config["User"]))
+    try:
+        lab.up()
+        yield lab
+    finally:
+        lab.down()
+
+
+@pytest.mark.netns
+def test_both_zones_answer_over_udp_and_tcp(pod: image_pod.ImageLab) -> None:
+    for transport in ("+notcp", "+tcp"):
+        assert pod.dig_short(configs.KUBERNETES_NAME, transport, "+tries=1", "+time=3") == configs.KUBERNETES_IP
+        # db's address from the corp DNS behind the tunnel (the cluster DNS would give a decoy).
+        assert pod.dig_short(configs.DB_NAME, transport, "+tries=1", "+time=3") == configs.DB_IP
+    assert pod.tcp_connect(configs.DB_NAME, configs.DB_PORT).ok
+
+
+@pytest.mark.netns
+def test_the_container_runs_as_the_manifest_says(pod: image_pod.ImageLab) -> None:
+    status = Path(f"/proc/{pod.procs['resolver'].pid}/status").read_text()
+    uid = image_pod.dns_container(pod.docs)["securityContext"]["runAsUser"]
+    assert re.search(rf"^Uid:\s+{uid}\s+{uid}", status, re.M)
+    assert re.search(r"^CapEff:\s+0+$", status, re.M) and re.search(r"^CapBnd:\s+0+$", status, re.M)
+    assert re.search(r"^NoNewPrivs:\s+1$", status, re.M) and re.search(r"^Seccomp:\s+2$", status, re.M)
+    wrote = pod.engine.popen("exec", pod.container, "sh", "-c", "echo x > /etc/x || echo x > /tmp/x")
+    assert wrote.returncode != 0 and "Read-only file system" in wrote.stderr
+    # The probes the manifest wires, by port name, polled as the kubelet does (within the budget
+    # periodSeconds x failureThreshold gives them, capped at 20 s here).
+    dns = image_pod.dns_container(pod.docs)
+    ports = {p["name"]: p["containerPort"] for p in dns["ports"]}
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        get = dns[probe]["httpGet"]
+        url = f"http://127.0.0.1:{ports[get['port']]}{get['path']}"
+        budget = min(20, dns[probe]["periodSeconds"] * dns[probe]["failureThreshold"])
+        last: list[str] = []
+
+        def fetch(url: str = url, last: list[str] = last) -> str | None:
+            got = pod.pod_exec([sys.executable, "-c", PROBE, url]).stdout.strip()
+            last[:] = [got]
+            return got if got.startswith("200") else None
+
+        wait_for(fetch, what=f"{probe} {url}", timeout=budget, interval=0.5,
+                 detail=lambda last=last: f"  last answer: {last}\n{pod.log_tails()}")
+
+
+@pytest.mark.netns
+def test_a_configmap_update_is_picked_up(pod: image_pod.ImageLab) -> None:
+    """The kubelet swaps `..data`; the resolver's reload sees the new Corefile through the symlinks."""
+    before = pod.dig_short(configs.CATCHALL_NAME, "+tries=1", "+time=3")
+    assert before == configs.CATCHALL_IP  # the catch-all: the cluster DNS
+    pod.configmap.write({"Corefile": pod.pod_spec.corefile + "example.net:53 {\n    forward . "
+                                                               f"{configs.CORP_DNS_IP}\n}}\n"})
+    wait_for(lambda: pod.dig_short(configs.CATCHALL_NAME, "+tries=1", "+time=2")
+             == configs.CORP_DECOY_CATCHALL_IP or None, what="the new Corefile's example.net block",
+             timeout=15, interval=0.5)
+    assert "plugin/reload: Running configuration" in pod.procs["resolver"].log.read_text()
+
+
+@pytest.mark.netns
+def test_verify_in_the_container(pod: image_pod.ImageLab, tmp_path: Path) -> None:
+    conf = next(a for a in image_pod.dns_container(pod.docs)["args"] if a.endswith("Corefile"))
+    checks = ["--name", configs.KUBERNETES_NAME, "--name", configs.DB_NAME,
+              "--tcp", f"{configs.DB_NAME}:{configs.DB_PORT}", "-conf", conf]
+    local = pod.engine.popen("exec", pod.container, "splitdns", "verify", *checks)
+    assert local.returncode == 0, local.stdout + local.stderr
+    assert "verdict: All good" in local.stdout
+    # Cluster mode, with `kubectl exec` played by `podman exec` (no API server here): the checks run
+    # in the container, the artifact is written where verify runs.
+    shim = tmp_path / "bin" / "kubectl"
+    shim.parent.mkdir()
+    shim.write_text("#!/bin/sh\n# kubectl exec [OPTIONS] TARGET -- CMD...  ->  podman exec CONTAINER CMD...\n"
+                    '[ "$1" = exec ] || { echo "stand-in kubectl: only exec" >&2; exit 2; }\n'
+                    'while [ "$#" -gt 0 ] && [ "$1" != "--" ]; do shift; done; shift\n'
+                    f'exec podman exec {pod.container} "$@"\n')
+    shim.chmod(0o755)
+    env = {**pod.engine.env, "PATH": f"{shim.parent}:{os.environ['PATH']}"}
+    done = subprocess.run([sys.executable, "-m", "splitdns", "verify", "--kubectl", "deploy/app", "-c", "dns",
+                           *checks, "--out", str(tmp_path / "ticket")], capture_output=True, text=True,
+                          timeout=120, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    artifact = json.loads((tmp_path / "ticket.json").read_text())
+    assert artifact["verdict"]["exit_code"] == 0
+    markdown = (tmp_path / "ticket.md").read_text()
+    assert "**Verdict: All good**" in markdown and "nameserver 127.0.0.1" in markdown
+    assert f"{configs.DB_NAME}:{configs.DB_PORT} -> {configs.DB_IP}: connected" in markdown

@@ -219,9 +219,13 @@ class Lab(Probes):
                                                      spec.vpn_extra))
         # Containers of a pod start together; the resolver must cope with the tunnel coming up.
         self._start("vpn-client", "pod", ["openvpn", "--config", str(client_conf)])
-        self._start("resolver", "pod", c.resolver_argv(spec.resolver, self.corefile))
+        self._start_resolver()
         wait_log(self.procs["vpn-client"], "Initialization Sequence Completed")
         wait_resolver(self.procs["resolver"], pod, tunnel_zone=spec.tunnel_zone_works)
+
+    def _start_resolver(self) -> None:
+        """Start procs["resolver"] in the pod (a subclass may run it another way, as a container)."""
+        self._start("resolver", "pod", c.resolver_argv(self.pod_spec.resolver, self.corefile))
 
     def _start(self, name: str, role: str, argv: list[str]) -> Proc:
         log = self.log(name)
