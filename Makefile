@@ -9,8 +9,12 @@ BIN := $(VENV)/bin
 # the differential test, OpenVPN and the namespace plumbing.
 DEBIAN_PACKAGES := bind9-dnsutils bind9-utils knot-dnsutils dnsperf nsd unbound dnsmasq-base openvpn \
 	iptables iproute2 procps psmisc openssl python3-venv
+# What tests/test_image.py builds and runs the image with: podman (runc as its runtime) and
+# mmdebstrap for a base image made from Debian packages. Installed without recommends: podman's
+# (buildah, fuse-overlayfs, slirp4netns, ...) are not used.
+IMAGE_PACKAGES := podman runc mmdebstrap
 
-.PHONY: run test test-hostile venv deps-debian lint typecheck pytest lab-up lab-down lab-status clean
+.PHONY: run test test-hostile venv deps-debian deps-image lint typecheck pytest lab-up lab-down lab-status clean
 
 run: $(VENV)/.run-installed
 	$(BIN)/splitdns demo
@@ -23,7 +27,7 @@ $(VENV)/.run-installed: pyproject.toml
 	$(BIN)/pip install --progress-bar on -e '.[fast]'
 	touch $@
 
-test: deps-debian venv lint typecheck pytest
+test: deps-debian deps-image venv lint typecheck pytest
 
 venv: $(VENV)/.installed
 
@@ -46,8 +50,18 @@ deps-debian:
 	@# Debian starts the servers it installs; the tests run their own copies on loopback.
 	@for s in nsd unbound; do systemctl stop $$s >/dev/null 2>&1 || true; done
 
+deps-image:
+	@missing=""; for p in $(IMAGE_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			$$missing >/dev/null; \
+	fi
+
 lint: venv
-	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff check src tests bench tools
 
 typecheck: venv
 	$(BIN)/mypy

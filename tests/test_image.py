@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tools.image_requirements import image_requirements, name_of
 
 from splitdns.kube import manifests
 from tests.lab import PodSpec, configs
 from tests.lab.fixtures import require_lab
 from tests.lab.netns import wait_for
 from tests.support import image_pod, podman
-from tools.image_requirements import image_requirements, name_of
 
 ROOT = Path(__file__).parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -138,9 +138,9 @@ def test_image_is_labelled_and_runs_as_the_rendered_user(built: Built, tmp_path:
 def test_image_holds_only_what_serving_needs(built: Built) -> None:
     wanted = {name_of(r) for r in image_requirements(PYPROJECT)} | {"splitdns"}
     left_out = {name_of(n) for n in PYPROJECT["tool"]["splitdns"]["image"]["without"]}
-    listing = in_image(built, "-c", "import importlib.metadata as m, json, os, sys; print(json.dumps("
-                       "[sys.prefix, sorted(d.metadata['Name'] for d in m.distributions()), sorted(os.listdir('/'))"
-                       ", sorted(os.listdir('/opt'))]))")
+    listing = in_image(built, "-c", "import importlib.metadata as m, json, os, sys; print(json.dumps(["
+                       "sys.prefix, sorted(d.metadata['Name'] for d in m.distributions()), "
+                       "sorted(os.listdir('/')), sorted(os.listdir('/opt'))]))")
     prefix, installed, top, opt = json.loads(listing.stdout)
     installed = {name_of(n) for n in installed}
     print(f"\nimage {built.size / 1e6:.0f} MB; /opt/splitdns holds {', '.join(sorted(installed))}")
@@ -207,9 +207,10 @@ def pod(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[imag
 @pytest.mark.netns
 def test_both_zones_answer_over_udp_and_tcp(pod: image_pod.ImageLab) -> None:
     for transport in ("+notcp", "+tcp"):
-        assert pod.dig_short(configs.KUBERNETES_NAME, transport, "+tries=1", "+time=3") == configs.KUBERNETES_IP
+        ask = ("+tries=1", "+time=3", transport)
+        assert pod.dig_short(configs.KUBERNETES_NAME, *ask) == configs.KUBERNETES_IP
         # db's address from the corp DNS behind the tunnel (the cluster DNS would give a decoy).
-        assert pod.dig_short(configs.DB_NAME, transport, "+tries=1", "+time=3") == configs.DB_IP
+        assert pod.dig_short(configs.DB_NAME, *ask) == configs.DB_IP
     assert pod.tcp_connect(configs.DB_NAME, configs.DB_PORT).ok
 
 
@@ -237,8 +238,10 @@ def test_the_container_runs_as_the_manifest_says(pod: image_pod.ImageLab) -> Non
             last[:] = [got]
             return got if got.startswith("200") else None
 
-        wait_for(fetch, what=f"{probe} {url}", timeout=budget, interval=0.5,
-                 detail=lambda last=last: f"  last answer: {last}\n{pod.log_tails()}")
+        def detail(last: list[str] = last) -> str:
+            return f"  last answer: {last}\n{pod.log_tails()}"
+
+        wait_for(fetch, what=f"{probe} {url}", timeout=budget, interval=0.5, detail=detail)
 
 
 @pytest.mark.netns

@@ -13,6 +13,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -80,12 +81,17 @@ class ConfigMapDir:
             (self.path / old).rmdir()
 
 
-SECURITY_OPTIONS = {
+def _capabilities(caps: Doc) -> list[str]:
+    return [*(f"--cap-drop={c}" for c in caps.get("drop", [])),
+            *(f"--cap-add={c}" for c in caps.get("add", []))]
+
+
+SecurityOption = Callable[[Any, str], list[str]]  # (the field's value, the image's USER) -> options
+SECURITY_OPTIONS: dict[str, SecurityOption] = {
     "runAsNonRoot": lambda v, image_user: _non_root(v, image_user),
     "allowPrivilegeEscalation": lambda v, _: [] if v else ["--security-opt=no-new-privileges"],
     "readOnlyRootFilesystem": lambda v, _: ["--read-only", "--read-only-tmpfs=false"] if v else [],
-    "capabilities": lambda v, _: [*(f"--cap-drop={c}" for c in v.get("drop", [])),
-                                  *(f"--cap-add={c}" for c in v.get("add", []))],
+    "capabilities": lambda v, _: _capabilities(v),
     "seccompProfile": lambda v, _: _seccomp(v),
 }
 
