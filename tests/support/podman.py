@@ -44,7 +44,7 @@ tmp_dir = "{scratch}/tmp"
 """
 STORAGE_CONF = """\
 [storage]
-driver = "vfs"
+driver = "overlay"
 runroot = "{scratch}/run"
 graphroot = "{scratch}/root"
 """
@@ -197,7 +197,7 @@ class Engine:
         self.podman("import", "--quiet", str(tar), base, timeout=300)
         timing.import_s = time.monotonic() - t0
         t0 = time.monotonic()
-        # --layers=false: one commit per stage; with the vfs driver every layer is a full copy.
+        # --layers=false: one commit per stage, no intermediate images to store.
         self.podman("build", "--quiet", "--layers=false", "--pull=never", "--network=host",
                     f"--build-arg=BASE_IMAGE={base}", *pip_config_mounts(), "--tag", tag, str(context),
                     timeout=BUILD_TIMEOUT)
