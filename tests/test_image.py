@@ -38,8 +38,6 @@ ROOT = Path(__file__).parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VERSION = PYPROJECT["project"]["version"]
 TAG = "localhost/splitdns:test"
-# The lab's VPN client as the rendered vpn container runs it (--management ... --management-up-down).
-VPN_EXTRA = "management-up-down\n"
 # An HTTP GET as the kubelet's probe makes it: prints the status and the body.
 PROBE = """\
 import sys, urllib.error, urllib.request
@@ -197,7 +195,9 @@ def pod(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[imag
                            ("ready", f"ready {{\n        probe {configs.KUBERNETES_NAME}\n    }}")):
         assert re.search(rf"^    {line}$", corefile, re.M), corefile
         corefile = re.sub(rf"^    {line}$", f"    {lab_line}", corefile, flags=re.M)
-    lab = image_pod.ImageLab(PodSpec(corefile=corefile, vpn_extra=VPN_EXTRA), built.engine, docs,
+    # The lab's VPN client runs with the rendered vpn container's flags (management-up-down, ...).
+    spec = PodSpec(corefile=corefile, vpn_extra=image_pod.vpn_client_lines(docs))
+    lab = image_pod.ImageLab(spec, built.engine, docs,
                              str(built.config["User"]))
     try:
         lab.up()

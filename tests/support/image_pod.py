@@ -45,6 +45,22 @@ def dns_container(docs: list[Doc]) -> Doc:
     return next(c for c in [*spec.get("initContainers", []), *spec["containers"]] if c["name"] == CONTAINER)
 
 
+def vpn_client_lines(docs: list[Doc]) -> str:
+    """The rendered vpn container's flags as client config lines, less the two the lab writes
+    itself (`--config`, its file; `--management`, the lab's 127.0.0.1:7505)."""
+    spec = pod_spec(docs)
+    vpn = next(c for c in [*spec.get("initContainers", []), *spec["containers"]] if c["name"] == "vpn")
+    lines, args = [], list(vpn["args"])
+    while args:
+        flag = args.pop(0).removeprefix("--")
+        values = []
+        while args and not args[0].startswith("--"):
+            values.append(args.pop(0))
+        if flag not in ("config", "management"):
+            lines.append(" ".join([flag, *values]))
+    return "".join(f"{line}\n" for line in lines)
+
+
 def configmap_corefile(docs: list[Doc]) -> str:
     text: str = next(d for d in docs if d["kind"] == "ConfigMap")["data"]["Corefile"]
     return text

@@ -151,20 +151,27 @@ def base_tarball(timing: Timing) -> Path:
         if tar.exists() and checksum.exists() and file_sha256(tar) == checksum.read_text().strip():
             timing.base_s = time.monotonic() - t0
             return tar
-        partial = cache / f"{key}.tar.partial"
-        partial.unlink(missing_ok=True)
+        partial = cache / f"{key}-partial.tar"  # mmdebstrap picks its output format by the suffix
+        remove_path(partial)
         try:
             run(["mmdebstrap", "--quiet", *MMDEBSTRAP_ARGS, str(partial)], timeout=BASE_TIMEOUT)
             digest = file_sha256(partial)
             partial.rename(tar)
         finally:
-            partial.unlink(missing_ok=True)
+            remove_path(partial)
         checksum.write_text(digest + "\n")
         for old in cache.glob("*.tar*"):
             if not old.name.startswith(key):
-                old.unlink(missing_ok=True)
+                remove_path(old)
     timing.base_made, timing.base_s = True, time.monotonic() - t0
     return tar
+
+
+def remove_path(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 class Engine:
