@@ -161,6 +161,10 @@ def test_image_serves_the_commands_a_cluster_needs(built: Built) -> None:
     for command in commands:
         done = in_image(built, command, "--help", entrypoint="splitdns")
         assert done.returncode == 0, f"splitdns {command} in the image: {done.stderr}"
+        # Its module loads with what the image holds (--help alone imports none of it).
+        module = f"splitdns.commands.{command.replace('-', '_')}"
+        loaded = in_image(built, "-c", f"import {module}")
+        assert loaded.returncode == 0, f"{module} in the image: {loaded.stderr}"
 
 
 def test_port_53_needs_the_pod_sysctl(built: Built, tmp_path: Path) -> None:
