@@ -30,7 +30,7 @@ from tools.image_requirements import image_requirements, name_of
 
 from splitdns.kube import manifests
 from tests.lab import PodSpec, configs
-from tests.lab.fixtures import require_lab
+from tests.lab.fixtures import require_lab, sigterm_interrupts
 from tests.lab.netns import wait_for
 from tests.support import image_pod, podman
 
@@ -90,7 +90,7 @@ def rendered(tmp: Path, corefile: str = TUNNEL_COREFILE) -> list[image_pod.Doc]:
 @pytest.fixture(scope="module")
 def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
     require_image_tools()
-    with podman.engine() as engine:
+    with sigterm_interrupts(), podman.engine() as engine:
         timing = podman.Timing()
         failure = ""
         try:

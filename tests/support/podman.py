@@ -48,6 +48,7 @@ driver = "overlay"
 runroot = "{scratch}/run"
 graphroot = "{scratch}/root"
 """
+SCRATCH_PREFIX = "splitdns-podman-"
 BLOB_CACHE = Path("/var/lib/containers")
 BUILD_TIMEOUT = 600.0
 BASE_TIMEOUT = 900.0
@@ -177,9 +178,10 @@ def remove_path(path: Path) -> None:
 class Engine:
     """podman with its whole state in a scratch directory (created here, removed by `remove`)."""
 
-    def __init__(self) -> None:
-        self.scratch = Path(tempfile.mkdtemp(prefix="splitdns-podman-"))
-        (self.scratch / "tmp").mkdir()
+    def __init__(self, scratch: Path | None = None) -> None:
+        self.scratch = scratch or Path(tempfile.mkdtemp(prefix=SCRATCH_PREFIX))
+        (self.scratch / "tmp").mkdir(exist_ok=True)
+        (self.scratch / "owner").write_text(str(os.getpid()))
         (self.scratch / "containers.conf").write_text(CONTAINERS_CONF.format(scratch=self.scratch))
         (self.scratch / "storage.conf").write_text(STORAGE_CONF.format(scratch=self.scratch))
         self.env = {**os.environ, "CONTAINERS_CONF": str(self.scratch / "containers.conf"),
@@ -234,8 +236,20 @@ def mounts_under(path: Path) -> list[str]:
     return [p for p in points if p.startswith(prefix)]
 
 
+def remove_stale() -> None:
+    """Remove what a killed run left (its owner process is gone): containers, mounts, files."""
+    for scratch in Path(tempfile.gettempdir()).glob(f"{SCRATCH_PREFIX}*"):
+        try:
+            owner = int((scratch / "owner").read_text())
+        except (OSError, ValueError):
+            continue
+        if not Path(f"/proc/{owner}").exists():
+            Engine(scratch).remove()
+
+
 @contextlib.contextmanager
 def engine() -> Iterator[Engine]:
+    remove_stale()
     made = Engine()
     try:
         yield made
