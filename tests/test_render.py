@@ -372,3 +372,15 @@ def test_one_corefile_path_for_readme_render_and_the_image() -> None:
         assert dns["args"] == ["-conf", path]
     for text in [(root / "docs" / "kubernetes.md").read_text(), (root / "README.md").read_text()]:
         assert "/etc/splitdns" not in text
+
+
+def test_a_probe_for_the_catch_all_reaches_its_block() -> None:
+    """`--probe .=NAME` asks NAME for the catch-all's readiness (it was accepted and dropped)."""
+    argv = ["render", *CASES["deployment"], "--probe", ".=probe.example.org"]
+    args = cli._parser().parse_args(argv)
+    fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__}
+    docs = render.files(render.Request(**fields))
+    corefile = next(yaml.safe_load(d)["data"]["Corefile"] for d in "\n".join(docs.values()).split("\n---\n")
+                    if "kind: ConfigMap" in d)
+    root_block = corefile[corefile.index("\n.:53 {"):]
+    assert "ready {\n        probe probe.example.org\n    }" in root_block, root_block

@@ -234,3 +234,25 @@ def test_reload_reports_an_unparsable_corefile_once_until_it_changes(
     asyncio.run(runtime.reload())
     assert runtime.process.reloads_failed == 2
     assert capsys.readouterr().err.count("could not be loaded") == 1
+
+
+def test_the_catch_all_is_ready_when_its_upstream_refuses_the_root_but_a_chosen_probe_must_answer(
+        tmp_path: Path) -> None:
+    """A cluster DNS may refuse `. NS`, the apex probe of a block with no probe names, and still
+    resolve every name: that refusal proves the upstream answers, so the pod can start. A name the
+    user chose to probe must be answered (NOERROR or NXDOMAIN): a refusal keeps it not ready."""
+    ready = free_port("127.0.0.1")
+    refuse_all: list[dict[str, object]] = []  # a query no rule matches gets REFUSED
+    with scripted_upstream(tmp_path, refuse_all) as up:
+        plain = f". {{\n forward . {up.target}\n ready 127.0.0.1:{ready}\n}}\n"
+        with splitdns_serve(tmp_path, plain):
+            poll_until("the catch-all ready on a refused apex probe", 5,
+                       lambda: True if http_get(ready, "/ready")[0] == 200 else None)
+        chosen = (f". {{\n forward . {up.target}\n"
+                  f" ready 127.0.0.1:{ready} {{\n  probe probe.example.org\n }}\n}}\n")
+        with splitdns_serve(tmp_path, chosen):
+            poll_until("the probe name asked", 5, lambda: True if [
+                q for q in up.queries() if q.get("qname") == "probe.example.org."] else None)
+            status, body = http_get(ready, "/ready")
+            assert status == 503, body
+            assert "probe.example.org. answered REFUSED" in body

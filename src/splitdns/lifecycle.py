@@ -208,6 +208,16 @@ class Runtime:
         mine = [(n, int(dns.rdatatype.A)) for n in names if router.route(wire.name_to_wire(n)) is zone]
         return mine or [(zone.name, int(dns.rdatatype.NS))]
 
+    @staticmethod
+    def _answered(name: str, zone: resolve.Zone, rcode: int | None) -> bool:
+        """A probe's answer proves the zone works: NOERROR or NXDOMAIN for a name the user chose.
+        Without one we ask the zone's apex only to see the upstream answer at all, so a refusal
+        counts too: a cluster DNS may refuse `. NS` and still resolve every name (a pod whose
+        catch-all never became ready would never start)."""
+        if rcode in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
+            return True
+        return name == zone.name and rcode == dns.rcode.REFUSED
+
     async def _until_ready(self, zone: resolve.Zone, names: list[tuple[str, int]]) -> None:
         ups = ", ".join(str(u.upstream) for f in zone.forwards for u in f.upstreams) or "no upstream"
         zone.not_ready_reason = (f"waiting for {', '.join(n for n, _ in names)} to be answered "
@@ -217,7 +227,7 @@ class Runtime:
             for name, qtype in names:
                 done = await self.server.probe(zone, name, qtype)
                 rcode = done.reply.rcode() if done.reply is not None else None
-                if rcode not in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
+                if not self._answered(name, zone, rcode):
                     code = dns.rcode.Rcode.make(rcode if rcode is not None else done.rcode)
                     why = done.error or f"{name} answered {dns.rcode.to_text(code)}"
                     reasons.append(f"probe {name}: {why}")

@@ -45,12 +45,13 @@ def _block(plan: Plan, r: Route) -> str:
         body += ["openvpn {", f"{INDENT}management {plan.management}", "}"]
     else:
         body.append("forward . " + " ".join(r.upstreams))
+    # Per-zone readiness is ours; CoreDNS's `ready` is process-wide and ignores `forward`.
+    ready = ["ready {", f"{INDENT}probe {r.probe}", "}"] if r.probe and not coredns else []
     if r.zone == ".":
         # Process-wide endpoints and checks live in the catch-all block, once.
-        body += ["health", "ready", "reload", "loop"]
-    elif r.probe and not coredns:
-        # Per-zone readiness is ours; CoreDNS's `ready` is process-wide and ignores `forward`.
-        body += ["ready {", f"{INDENT}probe {r.probe}", "}"]
+        body += ["health", *(ready or ["ready"]), "reload", "loop"]
+    else:
+        body += ready
     return _text(r.zone, body)
 
 
