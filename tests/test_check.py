@@ -1,5 +1,5 @@
-"""`splitdns check`: every code has a failing and a passing fixture, the seed's own files are read the
-way a reader would, and the output formats and exit codes are the documented ones."""
+"""`splitdns check`: every code has a failing and a passing fixture, the reference scenario's
+files are read the way a reader would, and the output formats and exit codes are the documented ones."""
 
 from __future__ import annotations
 
@@ -38,14 +38,14 @@ def test_every_fixture_directory_is_a_known_code() -> None:
     assert {d.name for d in CASES.iterdir()} == set(findings.CODES)
 
 
-def test_seed_pod_and_corefile_findings_make_sense(capsys: pytest.CaptureFixture[str]) -> None:
-    seed = DATA / "seed"
-    code = cli.main(["check", "--brief", str(seed / "Corefile"), str(seed / "pod.yaml"),
+def test_scenario_pod_and_corefile_findings_make_sense(capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = DATA / "scenario"
+    code = cli.main(["check", "--brief", str(scenario / "Corefile"), str(scenario / "pod.yaml"),
                      "--kube-version", "1.33"])
     out = capsys.readouterr().out.splitlines()
-    pod = str(seed / "pod.yaml")
-    # The seed's Corefile is sound (explicit catch-all to the cluster DNS, the tunnel zone on its own);
-    # its pod spec is what the article itself warns about: nothing probes the DNS container, nothing
+    pod = str(scenario / "pod.yaml")
+    # The scenario's Corefile is sound (explicit catch-all to the cluster DNS, the tunnel zone on its own);
+    # its pod spec has the gaps a first pod spec has: nothing probes the DNS container, nothing
     # holds the app until it answers, and under dnsPolicy None short names lose their search list.
     assert out == [
         f"{pod}:8: SD203 warning Pod app: dnsPolicy None without dnsConfig.searches: short service names "
@@ -57,11 +57,11 @@ def test_seed_pod_and_corefile_findings_make_sense(capsys: pytest.CaptureFixture
     assert code == 2
 
 
-def test_seed_corefile_pointing_at_resolv_conf_is_the_trap_the_article_names(tmp_path: Path) -> None:
-    seed = DATA / "seed"
-    text = (seed / "Corefile").read_text().replace("forward . 10.100.0.10", "forward . /etc/resolv.conf")
+def test_a_catch_all_forwarding_to_resolv_conf_is_the_self_loop_trap(tmp_path: Path) -> None:
+    scenario = DATA / "scenario"
+    text = (scenario / "Corefile").read_text().replace("forward . 10.100.0.10", "forward . /etc/resolv.conf")
     (tmp_path / "Corefile").write_text(text)
-    (tmp_path / "pod.yaml").write_text((seed / "pod.yaml").read_text())
+    (tmp_path / "pod.yaml").write_text((scenario / "pod.yaml").read_text())
     found = run_case(tmp_path)
     assert [(f.code, f.line) for f in found if f.code == "SD101"] == [("SD101", 4)]
 

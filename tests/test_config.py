@@ -12,15 +12,15 @@ from hypothesis import strategies as st
 from splitdns import config, resolve
 from splitdns.directives._args import domain_name
 from splitdns.errors import ConfigError
-from tests.test_corefile import SEED
+from tests.lab.configs import SCENARIO_COREFILE
 
 
 def load(text: str, port: int = 53) -> config.Config:
     return config.loads(text, "Corefile", default_port=port, env={})
 
 
-def test_seed_corefile_means_what_the_seed_says() -> None:
-    cfg = load(SEED)
+def test_scenario_corefile_means_what_it_says() -> None:
+    cfg = load(SCENARIO_COREFILE)
     catch_all, tunnel = cfg.blocks
     assert catch_all.zones == (".",) and tunnel.zones == ("svc.acme.internal.",)
     assert [str(u) for u in catch_all.forwards[0].upstreams] == ["10.100.0.10:53"]
@@ -146,7 +146,7 @@ def test_resolv_conf_without_nameserver_is_an_error(tmp_path: Path) -> None:
 
 
 def test_catch_all_to_a_resolv_conf_naming_ourselves_is_refused(tmp_path: Path) -> None:
-    """The seed's trap: under dnsPolicy None, /etc/resolv.conf names 127.0.0.1, i.e. us."""
+    """The resolv.conf trap: under dnsPolicy None, /etc/resolv.conf names 127.0.0.1, i.e. us."""
     resolv = tmp_path / "resolv.conf"
     resolv.write_text("nameserver 127.0.0.1\noptions ndots:5\n")
     with pytest.raises(ConfigError) as caught:

@@ -8,9 +8,7 @@ import pytest
 
 from splitdns import corefile
 from splitdns.errors import ConfigError
-from tests.lab.configs import SEED_COREFILE
-
-SEED = SEED_COREFILE  # the seed's Corefile, verbatim, shared with the lab
+from tests.lab.configs import SCENARIO_COREFILE
 
 
 def shape(text: str, env: dict[str, str] | None = None) -> list[tuple[list[str], list[object]]]:
@@ -25,8 +23,8 @@ def shape(text: str, env: dict[str, str] | None = None) -> list[tuple[list[str],
             for b in corefile.parse(text, "Corefile", env or {})]
 
 
-def test_seed_corefile_parses_into_two_blocks() -> None:
-    assert shape(SEED) == [
+def test_scenario_corefile_parses_into_two_blocks() -> None:
+    assert shape(SCENARIO_COREFILE) == [
         ([".:53"], [["errors"], ["cache", "30"], ["forward", ".", "10.100.0.10"]]),
         (["svc.acme.internal:53"], [["errors"], ["cache", "30"], ["forward", ".", "192.168.240.1"]]),
     ]

@@ -1,4 +1,4 @@
-"""Verdicts from observations: each rule of the seed's procedure, and their order."""
+"""Verdicts from observations: each rule of the verification procedure, and their order."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import pytest
 from splitdns import cli
 from splitdns.commands.explain import explain
 
-SEED = Path(__file__).parent / "data" / "kube" / "seed" / "Corefile"
+SCENARIO = Path(__file__).parent / "data" / "kube" / "scenario" / "Corefile"
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -20,17 +20,17 @@ def write(tmp_path: Path, text: str) -> str:
 
 
 def test_tunnel_name_goes_to_the_tunnel_block() -> None:
-    lines = explain("db.svc.acme.internal", str(SEED))
-    assert lines[0] == f"db.svc.acme.internal. -> block svc.acme.internal.:53 ({SEED}:6)"
-    owner = f"block svc.acme.internal.:53 ({SEED}:6)   <- owns it"
+    lines = explain("db.svc.acme.internal", str(SCENARIO))
+    assert lines[0] == f"db.svc.acme.internal. -> block svc.acme.internal.:53 ({SCENARIO}:6)"
+    owner = f"block svc.acme.internal.:53 ({SCENARIO}:6)   <- owns it"
     assert f"    {'svc.acme.internal.':<40} {owner}" in lines
-    assert f"  forward . ({SEED}:9): the first `forward` of the block whose FROM covers the name" in lines
+    assert f"  forward . ({SCENARIO}:9): the first `forward` of the block whose FROM covers the name" in lines
     assert "  upstreams: 192.168.240.1:53; policy random" in lines
 
 
 def test_lookalike_suffix_goes_to_the_catch_all_and_says_why() -> None:
-    lines = explain("svc.acme.internal.example.net", str(SEED))
-    assert lines[0] == f"svc.acme.internal.example.net. -> block .:53 ({SEED}:1)"
+    lines = explain("svc.acme.internal.example.net", str(SCENARIO))
+    assert lines[0] == f"svc.acme.internal.example.net. -> block .:53 ({SCENARIO}:1)"
     assert "  upstreams: 10.100.0.10:53; policy random" in lines
     assert ("  note: svc.acme.internal. does not own svc.acme.internal.example.net.: svc.acme.internal "
             "appears in the name but is followed by .example.net, so the name belongs to example.net., not "
@@ -38,8 +38,8 @@ def test_lookalike_suffix_goes_to_the_catch_all_and_says_why() -> None:
 
 
 def test_not_on_a_label_boundary() -> None:
-    lines = explain("notsvc.acme.internal", str(SEED))
-    assert lines[0].endswith("-> block .:53 (" + str(SEED) + ":1)")
+    lines = explain("notsvc.acme.internal", str(SCENARIO))
+    assert lines[0].endswith("-> block .:53 (" + str(SCENARIO) + ":1)")
     assert lines[-1] == ("  note: svc.acme.internal. does not own notsvc.acme.internal.: the name ends with "
                          "the text svc.acme.internal but not on a label boundary ('not' is part of a label)")
 
@@ -77,7 +77,7 @@ def test_tunnel_block_learns_upstreams_at_run_time(tmp_path: Path) -> None:
 
 
 def test_cli_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert cli.main(["explain", "db.svc.acme.internal", "-conf", str(SEED)]) == 0
+    assert cli.main(["explain", "db.svc.acme.internal", "-conf", str(SCENARIO)]) == 0
     assert capsys.readouterr().out.startswith("db.svc.acme.internal. -> block svc.acme.internal.:53")
     bad = write(tmp_path, ".:53 {\n    forward . 10.96.0.10\n")
     assert cli.main(["explain", "example.com", "-conf", bad]) == 2
@@ -95,13 +95,13 @@ def test_without_a_corefile_it_says_what_to_pass(tmp_path: Path, capsys: pytest.
 
 
 def test_a_configmap_is_explained_as_check_reads_it(tmp_path: Path) -> None:
-    corefile = SEED.read_text()
+    corefile = SCENARIO.read_text()
     body = "".join(f"    {line}\n" for line in corefile.splitlines())
     cm = tmp_path / "configmap.yaml"
     head = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: splitdns\ndata:\n  Corefile: |\n"
     cm.write_text(head + body)
     lines = explain("db.svc.acme.internal", str(cm))
-    # The seed's line 6 is the ConfigMap's line 6 + 6 (the YAML above the Corefile).
+    # The Corefile's line 6 is the ConfigMap's line 6 + 6 (the YAML above the Corefile).
     assert lines[0] == f"db.svc.acme.internal. -> block svc.acme.internal.:53 ({cm}:12)"
     assert "  upstreams: 192.168.240.1:53; policy random" in lines
 

@@ -1,4 +1,4 @@
-"""The seed's scenario end to end: a pod netns with our resolver and an OpenVPN sidecar.
+"""The reference scenario end to end: a pod netns with our resolver and an OpenVPN sidecar.
 
 Real processes in network namespaces (see tests/lab/topology.py for the picture): dnsmasq as
 the cluster DNS, a real OpenVPN server and client, dnsmasq as the private-zone DNS and a TCP
@@ -72,11 +72,11 @@ ROUTES = {
 
 
 @pytest.mark.parametrize("route", ROUTES.values(), ids=ROUTES.keys())
-def test_seed_dig_answers_from_the_right_server(
+def test_dig_in_the_pod_answers_from_the_right_server(
     lab: Lab, route: tuple[str, str, str, str, str, str]
 ) -> None:
     name, expected, other_servers_answer, zone, server, client = route
-    answer = lab.dig_short(name)  # the seed: dig @127.0.0.1 NAME +short, inside the pod
+    answer = lab.dig_short(name)  # dig @127.0.0.1 NAME +short, inside the pod
     assert answer == expected, (
         f"{name}: got {answer!r}, want {expected} from the {server} DNS"
         + (" (that is the OTHER server's answer)" if answer == other_servers_answer else "")
@@ -91,7 +91,7 @@ def test_seed_dig_answers_from_the_right_server(
 
 
 def test_pod_resolv_conf_is_what_the_pod_spec_produces(lab: Lab) -> None:
-    assert lab.pod_exec(["cat", "/etc/resolv.conf"]).stdout == configs.SEED_RESOLV_CONF
+    assert lab.pod_exec(["cat", "/etc/resolv.conf"]).stdout == configs.SCENARIO_RESOLV_CONF
     # The app's view: libc reads that file, asks 127.0.0.1, gets the tunnel zone's answer.
     out = lab.pod_exec(["getent", "ahostsv4", configs.DB_NAME]).stdout
     assert out.split()[:1] == [configs.DB_IP], out
@@ -105,7 +105,7 @@ def test_tcp_to_the_db_goes_through_the_tunnel(lab: Lab) -> None:
 
 def test_split_dns_survives_replacing_the_pod(lab: Lab) -> None:
     before = lab.pod_pids()
-    # Hand edits in the running pod (the seed's `kubectl exec` fix, and a network tweak) ...
+    # Hand edits in the running pod (a `kubectl exec` fix of resolv.conf, and a network tweak) ...
     lab.pod_exec(["sh", "-c", f"echo 'nameserver {configs.CLUSTER_DNS_IP}' > /etc/resolv.conf"])
     lab.pod_exec(["ip", "addr", "add", "10.244.0.99/32", "dev", "lo"])
     assert configs.CLUSTER_DNS_IP in lab.pod_exec(["cat", "/etc/resolv.conf"]).stdout
@@ -116,7 +116,7 @@ def test_split_dns_survives_replacing_the_pod(lab: Lab) -> None:
     assert not set(before.values()) & set(after.values()), (before, after)
     # ... are gone: the new pod gets what its spec says, and the spec is what works.
     assert "10.244.0.99" not in lab.pod_exec(["ip", "addr", "show", "dev", "lo"]).stdout
-    assert lab.pod_exec(["cat", "/etc/resolv.conf"]).stdout == configs.SEED_RESOLV_CONF
+    assert lab.pod_exec(["cat", "/etc/resolv.conf"]).stdout == configs.SCENARIO_RESOLV_CONF
     assert lab.dig_short(configs.DB_NAME) == configs.DB_IP, lab.log_tails()
     assert lab.dig_short(configs.KUBERNETES_NAME) == configs.KUBERNETES_IP, lab.log_tails()
     assert lab.tcp_connect(configs.DB_NAME, configs.DB_PORT).ok
@@ -147,7 +147,7 @@ def test_without_masquerade_names_resolve_but_tcp_to_5432_fails(lab: Lab) -> Non
 
 
 def test_a_tunnel_that_carries_the_query_but_not_the_reply_times_out(lab: Lab) -> None:
-    # The seed: "looks exactly like a resolver that never received the query". It did.
+    # What a user sees: "looks exactly like a resolver that never received the query". It did.
     name = fresh(configs.PRIVATE_ZONE)
     try:
         lab.set_masquerade(False)

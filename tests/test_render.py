@@ -29,21 +29,21 @@ from splitdns.kube import corefile_model, lint, schema
 
 DATA = Path(__file__).parent / "data" / "kube"
 GOLDEN = DATA / "golden"
-SEED = DATA / "seed" / "Corefile"
+SCENARIO = DATA / "scenario" / "Corefile"
 VERSIONS = [f"1.{minor}" for minor in range(29, 38)]
 CLUSTER = "10.96.0.10"
 
 CASES: dict[str, list[str]] = {
     # The default: our image as a native sidecar, the tunnel zone learned from OpenVPN at run time.
     "deployment": ["--zone", "svc.acme.internal=openvpn", "--cluster-dns", CLUSTER, "--namespace", "shop"],
-    # The seed's own choice: the CoreDNS image, every upstream an address.
+    # The CoreDNS image as the DNS container, every upstream an address.
     "deployment-coredns": ["--zone", "svc.acme.internal=192.168.240.1", "--cluster-dns", CLUSTER,
                            "--resolver", "coredns"],
-    # Zones from the seed's Corefile, a classic sidecar for clusters older than 1.29.
-    "deployment-classic": ["--corefile", str(SEED), "--cluster-dns", CLUSTER, "--sidecar", "classic"],
+    # Zones from the reference scenario's Corefile, a classic sidecar for clusters older than 1.29.
+    "deployment-classic": ["--corefile", str(SCENARIO), "--cluster-dns", CLUSTER, "--sidecar", "classic"],
     "component": ["--zone", "svc.acme.internal=openvpn", "--cluster-dns", CLUSTER, "--namespace", "shop",
                   "--form", "component", "--name", "shop-api"],
-    "cluster-wide": ["--corefile", str(SEED), "--cluster-wide"],
+    "cluster-wide": ["--corefile", str(SCENARIO), "--cluster-wide"],
 }
 
 
@@ -313,9 +313,10 @@ def test_each_render_command_the_docs_show_works(tmp_path: Path, monkeypatch: py
                                                  command: str) -> None:
     argv = shlex.split(command.split(" > ")[0])[2:]
     # Stand-ins a test needs: no cluster to read kube-dns from (the stand-in API server test
-    # covers that read), the seed's Corefile as "the Corefile you already have", a scratch directory.
+    # covers that read), the reference scenario's Corefile as "the Corefile you already have", a
+    # scratch directory.
     argv = [{"--cluster-dns-from-cluster": "--cluster-dns=10.96.0.10"}.get(a, a) for a in argv]
-    shutil.copy(SEED, tmp_path / "Corefile")
+    shutil.copy(SCENARIO, tmp_path / "Corefile")
     monkeypatch.chdir(tmp_path)
     assert cli.main(["render", *argv]) == 0, command
 

@@ -24,7 +24,7 @@ TUNNEL = [{"suffix": "svc.acme.internal", "records": ["db.svc.acme.internal. 300
 
 
 def corefile(cluster: str, tunnel: str, extra: str = "") -> str:
-    # The seed's layout without its `:53`, so that -dns.port puts it on a free port.
+    # The reference scenario's layout without its `:53`, so that -dns.port puts it on a free port.
     return f"""
 . {{
     errors
@@ -46,15 +46,15 @@ def names(upstream: Any) -> list[str]:
 
 
 @pytest.fixture
-def seed_like(tmp_path: Path) -> Any:
+def pod_layout(tmp_path: Path) -> Any:
     with scripted_upstream(tmp_path, CLUSTER, "127.0.0.21") as cluster, \
             scripted_upstream(tmp_path, TUNNEL, "127.0.0.22") as tunnel, \
             splitdns_serve(tmp_path, corefile(cluster.target, tunnel.target)) as resolver:
         yield resolver, cluster, tunnel
 
 
-def test_each_zone_goes_to_its_own_upstream(seed_like: Any) -> None:
-    resolver, cluster, tunnel = seed_like
+def test_each_zone_goes_to_its_own_upstream(pod_layout: Any) -> None:
+    resolver, cluster, tunnel = pod_layout
     k8s = dig("kubernetes.default.svc.cluster.local", server="127.0.0.1", port=resolver.port)
     db = dig("db.svc.acme.internal", server="127.0.0.1", port=resolver.port)
     assert (k8s.status, k8s.rdata) == ("NOERROR", ["10.96.0.1"])
@@ -63,8 +63,8 @@ def test_each_zone_goes_to_its_own_upstream(seed_like: Any) -> None:
     assert names(tunnel) == ["db.svc.acme.internal."]
 
 
-def test_label_boundary_sends_lookalike_to_the_catch_all(seed_like: Any) -> None:
-    resolver, cluster, tunnel = seed_like
+def test_label_boundary_sends_lookalike_to_the_catch_all(pod_layout: Any) -> None:
+    resolver, cluster, tunnel = pod_layout
     out = dig("svc.acme.internal.example.net", server="127.0.0.1", port=resolver.port)
     assert out.rdata == ["192.0.2.80"]
     assert names(cluster) == ["svc.acme.internal.example.net."] and names(tunnel) == []
@@ -72,16 +72,16 @@ def test_label_boundary_sends_lookalike_to_the_catch_all(seed_like: Any) -> None
     assert apex.status == "NOERROR" and names(tunnel) == ["svc.acme.internal."]
 
 
-def test_case_is_ignored_for_routing_and_echoed_to_the_client(seed_like: Any) -> None:
-    resolver, _, tunnel = seed_like
+def test_case_is_ignored_for_routing_and_echoed_to_the_client(pod_layout: Any) -> None:
+    resolver, _, tunnel = pod_layout
     out = dig("DB.Svc.ACME.Internal", server="127.0.0.1", port=resolver.port)
     assert out.rdata == ["192.168.240.10"]
     assert out.question == [("DB.Svc.ACME.Internal.", "A")]
     assert names(tunnel) == ["db.svc.acme.internal."]
 
 
-def test_cache_hit_is_served_without_asking_upstream_and_ttl_is_capped(seed_like: Any) -> None:
-    resolver, cluster, _ = seed_like
+def test_cache_hit_is_served_without_asking_upstream_and_ttl_is_capped(pod_layout: Any) -> None:
+    resolver, cluster, _ = pod_layout
     first = dig("www.example.com", server="127.0.0.1", port=resolver.port)
     assert first.answers[0][1] == 30  # upstream said 3600; `cache 30` caps it
     time.sleep(1.1)
@@ -91,8 +91,8 @@ def test_cache_hit_is_served_without_asking_upstream_and_ttl_is_capped(seed_like
     assert len(names(cluster)) == 1
 
 
-def test_upstream_sees_fresh_ids_and_ports_never_the_clients(seed_like: Any) -> None:
-    resolver, cluster, _ = seed_like
+def test_upstream_sees_fresh_ids_and_ports_never_the_clients(pod_layout: Any) -> None:
+    resolver, cluster, _ = pod_layout
     for i in range(5):
         dig(f"n{i}.example.com", "+noedns", server="127.0.0.1", port=resolver.port)
     seen = [q for q in cluster.queries() if "qname" in q]
@@ -178,8 +178,8 @@ def test_identical_queries_in_flight_share_one_upstream_query(tmp_path: Path) ->
         assert len(up.queries()) == 1
 
 
-def test_malformed_queries_never_crash_the_server(seed_like: Any) -> None:
-    resolver, _, _ = seed_like
+def test_malformed_queries_never_crash_the_server(pod_layout: Any) -> None:
+    resolver, _, _ = pod_layout
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
         s.settimeout(1)
         s.sendto(b"\x01\x02\x03", ("127.0.0.1", resolver.port))
@@ -192,8 +192,8 @@ def test_malformed_queries_never_crash_the_server(seed_like: Any) -> None:
     assert dig("db.svc.acme.internal", server="127.0.0.1", port=resolver.port).status == "NOERROR"
 
 
-def test_tcp_clients_are_served_with_pipelining(seed_like: Any) -> None:
-    resolver, _, _ = seed_like
+def test_tcp_clients_are_served_with_pipelining(pod_layout: Any) -> None:
+    resolver, _, _ = pod_layout
     out = dig("db.svc.acme.internal", "kubernetes.default.svc.cluster.local", "+tcp", "+keepopen",
               server="127.0.0.1", port=resolver.port)
     assert "192.168.240.10" in out.stdout and "10.96.0.1" in out.stdout

@@ -1,6 +1,6 @@
 """`splitdns verify` in the namespace lab: each verdict reproduced with real parts.
 
-Healthy; the seed's return-path failure (the VPN server stops translating its client pool:
+Healthy; the return-path failure (the VPN server stops translating its client pool:
 names resolve, TCP to 5432 times out) -> routing; tunnel down -> tunnel verdict; the
 resolver gone -> resolver verdict; and cluster mode, where a stand-in `kubectl` (no API
 server can run here; tests/support/kubectl_standin.py maps exec and delete onto the lab)

@@ -1,6 +1,6 @@
 """Addresses, answers and config files of the lab, as data and text.
 
-The seed's names and addresses (10.100.0.10, 192.168.240.1, svc.acme.internal, ...) exist
+The reference scenario's names and addresses (10.100.0.10, 192.168.240.1, svc.acme.internal, ...) exist
 only inside the lab's namespaces. Each DNS server answers every flagship name, but with its
 own address, so an answer alone proves which server it came from (cache or not):
 
@@ -53,15 +53,17 @@ CORP_DECOY_KUBERNETES_IP = "192.168.240.66"
 CORP_DECOY_CATCHALL_IP = "192.168.240.67"
 DB_IP_VIA_DNS2 = "192.168.240.12"  # what the second private DNS says db is: proves who answered
 
-# What the VPN server pushes by default: the seed's `dhcp-option DNS 192.168.240.1`.
+# What the VPN server pushes by default: `dhcp-option DNS 192.168.240.1`.
 DHCP_PUSHES = ("route 192.168.240.0 255.255.255.0", f"dhcp-option DNS {CORP_DNS_IP}",
                f"dhcp-option DOMAIN {PRIVATE_ZONE}")
 # The same with OpenVPN 2.6's --dns options.
 DNS_PUSHES = ("route 192.168.240.0 255.255.255.0", f"dns server 1 address {CORP_DNS_IP}",
               f"dns server 1 resolve-domains {PRIVATE_ZONE}", f"dns search-domains {PRIVATE_ZONE}")
 
-# The seed's Corefile, verbatim. Written to the lab's state dir and served only in the pod ns.
-SEED_COREFILE = """\
+# The reference scenario's Corefile: a catch-all to the cluster DNS, the private zone to the
+# DNS behind the tunnel (tests/data/kube/scenario/Corefile says the same). Written to the lab's
+# state dir and served only in the pod ns.
+SCENARIO_COREFILE = """\
 .:53 {
     errors
     cache 30
@@ -74,9 +76,9 @@ svc.acme.internal:53 {
 }
 """
 
-# What the kubelet writes for the seed's pod spec (dnsPolicy: None, nameservers: [127.0.0.1],
+# What the kubelet writes for the scenario's pod spec (dnsPolicy: None, nameservers: [127.0.0.1],
 # options: [ndots: 5], no searches).
-SEED_RESOLV_CONF = "nameserver 127.0.0.1\noptions ndots:5\n"
+SCENARIO_RESOLV_CONF = "nameserver 127.0.0.1\noptions ndots:5\n"
 
 # ---- the resolver under test -------------------------------------------------------------
 # >>> RESOLVER SWITCH <<<  "splitdns" runs our resolver; "dnsmasq" is a stand-in with the same
@@ -91,7 +93,7 @@ def resolver_argv(kind: str, corefile: Path) -> list[str]:
     if kind == "splitdns":
         return [sys.executable, "-m", "splitdns", "serve", "-conf", str(corefile)]
     if kind == "dnsmasq":
-        # Same routing as the seed's Corefile: the private zone to the tunnel DNS, all else to
+        # Same routing as SCENARIO_COREFILE: the private zone to the tunnel DNS, all else to
         # the cluster DNS. Not a Corefile reader: it ignores `corefile`.
         return [
             "dnsmasq", "--conf-file=/dev/null", "--keep-in-foreground", "--no-resolv",

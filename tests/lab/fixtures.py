@@ -74,7 +74,7 @@ def sigterm_interrupts() -> Iterator[None]:
 
 @contextlib.contextmanager
 def lab_session(lab: Lab | None = None) -> Iterator[Lab]:
-    """Skip if impossible, then build `lab` (default: the seed's pod) and always remove it."""
+    """Skip if impossible, then build `lab` (default: the reference scenario's pod) and always remove it."""
     require_lab()
     with sigterm_interrupts(), lab or Lab() as running:
         yield running

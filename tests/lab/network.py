@@ -15,7 +15,8 @@ from .netns import ip_batch, ns_run, run
 ROLES = ("pod", "node", "kdns", "vpn", "corp", "db")
 MASQUERADE_RULE = ["POSTROUTING", "-s", c.VPN_POOL, "-o", "br0", "-j", "MASQUERADE"]
 # The VPN server routes like a node with `hostNetwork: true`: forward tunnel -> corp, let
-# replies back, and translate the client pool on the way out (the seed's return-path fix).
+# replies back, and translate the client pool on the way out (the return-path fix: without it the
+# tunnel carries queries but not the replies to the client pool).
 VPN_RULES = f"""\
 *filter
 :INPUT ACCEPT [0:0]

@@ -79,7 +79,7 @@ class Probes:
             ) from exc
 
     def dig_short(self, name: str, *options: str, server: str = "127.0.0.1") -> str:
-        """`dig @SERVER NAME +short` in the pod, exactly as the seed runs it; stdout stripped."""
+        """`dig @SERVER NAME +short` in the pod, as a user debugging the pod runs it; stdout stripped."""
         return self.pod_exec(["dig", f"@{server}", name, "+short", *options]).stdout.strip()
 
     def tcp_connect(self, host: str, port: int, timeout: float = 2.0) -> TcpResult:

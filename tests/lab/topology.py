@@ -13,7 +13,7 @@
 
 The corp DNS has a route back to the client pool and the db has none, as when the DNS sits
 next to the VPN server: without MASQUERADE names still resolve while TCP to the db times
-out, the seed's "names resolve, connections fail". `set_corp_dns_return_route(False)` makes
+out: "names resolve, connections fail". `set_corp_dns_return_route(False)` makes
 DNS fail the same way. Every namespace is named `<prefix>-<role>`; interfaces are created
 directly inside them, so the host namespace never sees one.
 """
@@ -55,11 +55,11 @@ def default_resolver() -> str:
 
 @dataclass(frozen=True)
 class PodSpec:
-    """What `replace_pod` re-applies: the equivalent of the seed's pod spec + ConfigMap."""
+    """What `replace_pod` re-applies: the equivalent of the pod spec + ConfigMap."""
 
     resolver: str = field(default_factory=default_resolver)
-    corefile: str = c.SEED_COREFILE
-    resolv_conf: str = c.SEED_RESOLV_CONF
+    corefile: str = c.SCENARIO_COREFILE
+    resolv_conf: str = c.SCENARIO_RESOLV_CONF
     vpn_management: bool = True
     vpn_extra: str = ""  # more client config lines: management-up-down, up/down scripts, ...
     tunnel_zone_works: bool = True  # False: do not wait for the private zone to answer at start
