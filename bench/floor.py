@@ -2,7 +2,7 @@
 
     python bench/floor.py ADDR PORT UPSTREAM_ADDR:UPSTREAM_PORT [--io-uring]
 
-Not a resolver. It is the issue's own reference point made runnable side by side: "a bare
+Not a resolver. It is the targets' reference point made runnable side by side: "a bare
 Python+uvloop loop answering from a dict of wire bytes" for hits, and "a fresh socket per
 query" for misses. A query's bytes after its ID are the key; a repeat is answered with the
 stored reply under the query's ID. Anything else goes to the upstream on a new connected

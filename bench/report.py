@@ -69,7 +69,7 @@ CHECKS = (
 
 NOISY_CPU = 25.0  # % of one CPU used by other processes during a run: a noisy run
 
-# The acceptance: (metric, splitdns ÷ unbound limit, or an absolute limit).
+# The performance targets: (metric, splitdns ÷ unbound limit, or an absolute limit).
 RATIO_TARGETS = (
     (THROUGHPUT[0], ">=", 1.0), (THROUGHPUT[1], ">=", 1.0),
     (THROUGHPUT[2], ">=", 1.0), (THROUGHPUT[3], ">=", 1.0),
@@ -218,7 +218,7 @@ def console(results: Results) -> str:
         figures_table(results, FOOTPRINT),
         "Ratio to splitdns, per round (peer ÷ splitdns)",
         ratio_table(results),
-        "The issue's targets",
+        "Performance targets",
         targets_table(results),
         "Validity of the runs",
         checks_table(results),
@@ -260,7 +260,7 @@ def markdown(results: Results, chart_name: str | None = None) -> str:
         ("Ratio to splitdns, per round (peer ÷ splitdns)", ratio_table(results),
          "Above 1: the peer's figure is larger — better for throughput, worse for latency, "
          "memory and start-up."),
-        ("The issue's targets", targets_table(results),
+        ("Performance targets", targets_table(results),
          "Ratios here are splitdns ÷ Unbound, per round; 'met' judges the median. MB is read as MiB. "
          f"The last column holds {FLOOR} (bench/floor.py: a bare Python loop, no DNS checks) to "
          "the same targets: where even it misses one, CPython on this machine cannot reach it."),

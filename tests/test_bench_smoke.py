@@ -104,7 +104,7 @@ def test_dnsperf_against_splitdns_is_parsed_and_reported(
         results.record("python-floor", round_no, "hit_qps", res.qps * 1.5)
     results.fail("dnsdist", 0, "not installed")
     text = report.markdown(results)
-    assert "## Throughput" in text and "## The issue's targets" in text
+    assert "## Throughput" in text and "## Performance targets" in text
     assert "| unbound-1t | 2.00 [2.00–2.00] |" in text  # per-round ratios to splitdns
     assert "| python-floor | 1.50 [1.50–1.50] |" in text
     # the floor is judged against the targets too: 1.5 / 2 of Unbound's hits misses ">= 1"

@@ -2,7 +2,7 @@
 
 Real OpenVPN server and client, real pushes (`dhcp-option` and 2.6's `dns` style), both
 learning paths (the management interface with --management-up-down, and the hook as --up and
---down script). The figures the issue asks for are printed (run with -s): how fast the tunnel
+--down script). Its figures are printed (run with -s): how fast the tunnel
 zone answers while the tunnel is down, the cluster zone's latency meanwhile, and how long the
 zone takes to follow a new pushed address.
 """

@@ -1,0 +1,52 @@
+"""What the repository says speaks about the product: no text points at where a thing came from
+(a planning note, a tracker entry) or at a file the repository does not contain."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+SCANNED = ("src", "tests", "docs", "bench", "fuzz", "results", "README.md", "Makefile", "Dockerfile",
+           "pyproject.toml")
+TEXT = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".conf", ".ovpn", ".json", ".sh", ""}
+# Built from pieces so that this file does not match itself.
+FORBIDDEN = re.compile("|".join([
+    r"\bthe " + "seed" + r"\b", r"\b" + "seed" + r"'s\b", r"\b" + "seed" + r" (article|scenario|pod)\b",
+    r"\b" + "research" + r"/[\w.-]+\.md\b", r"\.\./" + "shared" + r"\b",
+    r"\bthe " + "issue" + r"('s)?\b", r"\b" + "issue" + r" \d+\b",
+]), re.IGNORECASE)
+
+
+def scanned_files() -> list[Path]:
+    files: list[Path] = []
+    for name in SCANNED:
+        top = ROOT / name
+        candidates = [top] if top.is_file() else sorted(top.rglob("*"))
+        files += [p for p in candidates if p.is_file() and p.suffix in TEXT and "__pycache__" not in p.parts
+                  and not p.name.startswith(".") and p != Path(__file__).resolve()]
+    return files
+
+
+def test_the_pattern_catches_what_it_is_for() -> None:
+    for text in ("the " + "seed's Corefile", "see " + "research/perf-anchors.md", "The " + "issue's targets",
+                 "as in " + "issue 18", "../" + "shared/DESIGN.md"):
+        assert FORBIDDEN.search(text), text
+    for text in ("random.Random(seed)", "seeded so that every run sends the same names",
+                 "an issue with the tunnel"):
+        assert not FORBIDDEN.search(text), text
+
+
+def test_no_text_points_at_where_it_came_from_or_at_missing_files() -> None:
+    files = scanned_files()
+    assert len(files) > 100  # the tree was found
+    hits = []
+    for path in files:
+        try:
+            text = path.read_text()
+        except UnicodeDecodeError:
+            continue
+        for number, line in enumerate(text.splitlines(), 1):
+            if FORBIDDEN.search(line):
+                hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}")
+    assert not hits, "\n".join(hits)
