@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -96,3 +97,47 @@ def test_verify_takes_the_pod_as_kubectl_plugins_do() -> None:
     assert (args.target, args.namespace) == ("deploy/app", "shop")
     with pytest.raises(SystemExit):
         cli.main(["verify", "deploy/app", "--kubectl", "deploy/other"])
+
+
+@pytest.mark.parametrize("argv", [
+    ["serve", "-dns.port", "99999"], ["serve", "-dns.port", "-1"], ["demo", "--port", "0"],
+    ["explain", "x.example", "-dns.port", "70000"], ["explain", "x.example", "-dns.port", "abc"],
+    ["verify", "--port", "65536"],
+])
+def test_a_port_out_of_range_is_a_usage_error_not_a_traceback(
+        argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    # serve and demo raised OverflowError or a ConfigError traceback, verify an OverflowError from
+    # sendto, and explain explained port 70000.
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert f"splitdns {argv[0]}: error: argument" in err and "not a port" in err
+
+
+@pytest.mark.parametrize("width", [50, 60, 80])
+def test_help_never_cuts_a_name_at_its_hyphen(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    # "your-openvpn-client-image" or "pod-spec" cut at a line end cannot be copied from the help.
+    monkeypatch.setenv("COLUMNS", str(width))
+    for parser in _parsers():
+        cut = [ln for ln in parser.format_help().splitlines() if re.search(r"\w-$", ln)]
+        assert not cut, f"{parser.prog}:\n" + "\n".join(cut)
+
+
+def test_a_default_is_said_once_and_inside_its_sentence() -> None:
+    for parser in _parsers():
+        formatter = parser._get_formatter()
+        for action in parser._actions:
+            if not action.help or action.help == argparse.SUPPRESS:
+                continue
+            shown = formatter._expand_help(action)
+            where = f"{parser.prog} {action.option_strings}: {shown}"
+            assert ". (default" not in shown, where
+            assert len(re.findall(r"\(default\b", shown)) <= 1, where
+
+
+def test_every_positional_argument_says_what_it_is() -> None:
+    for parser in _parsers():
+        for action in parser._actions:
+            if not action.option_strings and action.help != argparse.SUPPRESS and action.dest != "command":
+                assert action.help, f"{parser.prog} {action.metavar or action.dest}"

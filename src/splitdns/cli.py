@@ -25,16 +25,34 @@ class _Help(argparse.HelpFormatter):
             hang = " " * len(item.group(0)) if item else " " * (len(line) - len(stripped))
             lead = line[: len(line) - len(stripped)]
             out.append(textwrap.fill(stripped, width, initial_indent=indent + lead,
-                                     subsequent_indent=indent + hang) if stripped else "")
+                                     subsequent_indent=indent + hang, break_on_hyphens=False)
+                       if stripped else "")
         return "\n".join(out)
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        # Never at a hyphen: an image name or a flag cut in two cannot be copied from the help.
+        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
         if (text and default not in (None, False, [], argparse.SUPPRESS) and str(default) not in text
                 and (action.option_strings or action.nargs in ("?", "*"))):
-            text += " (default: %(default)s)"
+            # Inside the sentence: "The cluster domain (default: cluster.local)."
+            stop = "." if text.endswith(".") else ""
+            text = text.removesuffix(".") + " (default: %(default)s)" + stop
         return text
+
+
+def _port(text: str) -> int:
+    """A port number, checked where the flag is read: 99999 is a usage error, not a traceback."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (1 to 65535)")
+    return port
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,7 +77,7 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
                     "0 stopped cleanly, 1 could not start (port in use, ...), 2 bad Corefile.")
     p.add_argument("-conf", "--conf", dest="conf", default="Corefile",
                    help="The Corefile to load (default: ./Corefile).")
-    p.add_argument("-dns.port", "--dns-port", dest="port", type=int, default=53,
+    p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=53,
                    help="The port of server blocks whose keys name none (default: 53).")
     p.set_defaults(run=_serve)
 
@@ -69,7 +87,7 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
                     "loopback addresses, in the layout of a pod with a VPN sidecar (a catch-all and "
                     "the tunnel zone svc.acme.internal); ask it the example queries and print the "
                     "answers, then the dig commands to try.")
-    p.add_argument("--port", type=int, default=53,
+    p.add_argument("--port", type=_port, default=53,
                    help="Port on 127.0.0.1 (default 53; falls back to 5300 if 53 is taken).")
     p.set_defaults(run=_demo)
 
@@ -91,7 +109,8 @@ def _add_check(commands: argparse._SubParsersAction[_Parser]) -> None:
                     "A Corefile the resolver would refuse is reported as FILE:LINE: SD100 error MESSAGE.",
         epilog="exit codes:\n  0  no finding (or only info)\n  1  warnings, no error\n"
                "  2  at least one error (also: a bad --kube-version or command line)")
-    p.add_argument("files", nargs="+", metavar="FILE")
+    p.add_argument("files", nargs="+", metavar="FILE",
+                   help="Corefiles, Kubernetes YAML and OpenVPN client configs (.ovpn, .conf).")
     p.add_argument("--resolver", choices=("auto", "splitdns", "coredns"), default="auto",
                    help="The resolver the Corefiles are for; auto (default) takes it from the DNS "
                         "container's image, else splitdns. Cluster-wide Corefiles are always CoreDNS's.")
@@ -139,7 +158,7 @@ def _add_render(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--cluster-domain", default="cluster.local", help="The cluster domain.")
     p.add_argument("--ndots", type=int, default=5, help="The ndots option (default 5, as the cluster).")
     p.add_argument("--resolver", choices=("splitdns", "coredns"), default="splitdns",
-                   help="The DNS container: our image (default) or the CoreDNS image.")
+                   help="The DNS container: splitdns (our image) or coredns (the CoreDNS image).")
     p.add_argument("--sidecar", choices=("native", "classic"), default="native",
                    help="native (default; initContainers with restartPolicy Always, Kubernetes >= 1.29) "
                         "or classic (a regular container).")
@@ -150,8 +169,8 @@ def _add_render(commands: argparse._SubParsersAction[_Parser]) -> None:
                       help="The server block to add to kube-system/coredns instead (not recommended).")
     p.add_argument("--name", default="app", help="The Deployment's name (default app).")
     p.add_argument("--image", default="ghcr.io/splitdns/splitdns:0.1.0",
-                   help="The splitdns image you built and pushed (the default is a name, not a published "
-                        "image).")
+                   help="The splitdns image you built and pushed; the default is a name, not a published "
+                        "image.")
     p.add_argument("--coredns-image", default="coredns/coredns:1.12.1", help="The CoreDNS image.")
     p.add_argument("--app-image", default="your-app-image", help="The app image of the full example.")
     p.add_argument("--vpn-image", default="your-openvpn-client-image",
@@ -168,10 +187,10 @@ def _add_explain(commands: argparse._SubParsersAction[_Parser]) -> None:
         description="Say which server block answers NAME, which forward and upstreams, and why (a zone "
                     "owns a name only when it is the name's last whole labels), also for names no "
                     "block owns. Exit codes: 0 explained, 2 the Corefile cannot be read or parsed.")
-    p.add_argument("name", metavar="NAME")
+    p.add_argument("name", metavar="NAME", help="The name to explain, or an address (its reverse name).")
     p.add_argument("-conf", "--conf", dest="conf", default="Corefile",
                    help="The Corefile (default ./Corefile).")
-    p.add_argument("-dns.port", "--dns-port", dest="port", type=int, default=53,
+    p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=53,
                    help="The listener port to explain (default 53).")
     p.set_defaults(run=_explain)
 
@@ -217,14 +236,15 @@ def _add_verify(commands: argparse._SubParsersAction[_Parser]) -> None:
                    help="A TCP path to try once names resolve, e.g. db.svc.acme.internal:5432.")
     p.add_argument("-conf", "--conf", dest="conf", help="The Corefile, for the resolver's view of who "
                    "owns each name (in the pod: /etc/coredns/Corefile).")
-    p.add_argument("--port", type=int, default=53, help="The resolver's port on 127.0.0.1 (default 53).")
+    p.add_argument("--port", type=_port, default=53, help="The resolver's port on 127.0.0.1 (default 53).")
     p.add_argument("--resolv-conf", default="/etc/resolv.conf", help="The resolv.conf to report.")
     p.add_argument("--out", metavar="PATH", help="Write the artifact as PATH.md and PATH.json "
                    "(or into the directory PATH/).")
     p.add_argument("--kubectl", metavar="TARGET", help="Run in a pod instead: deploy/app, pod/NAME, ...")
-    p.add_argument("-n", "--namespace", help="The pod's namespace (cluster mode).")
-    p.add_argument("-c", "--container", help="The container to exec in (cluster mode; it needs splitdns: "
-                   "the dns container has it).")
+    p.add_argument("-n", "--namespace", help="The pod's namespace (cluster mode; default: kubectl's "
+                   "current namespace).")
+    p.add_argument("-c", "--container", default="dns", help="The container to exec in (cluster mode; it "
+                   "needs splitdns; default: dns, the container render writes).")
     p.add_argument("--replace", action="store_true", help="Cluster mode: delete the pod, wait for its "
                    "replacement to be ready, and check again.")
     p.add_argument("--timeout", type=int, default=90, help="Seconds to wait for the replacement.")
