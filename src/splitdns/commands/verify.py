@@ -65,7 +65,12 @@ def run(opts: Options) -> int:
     verdict = diagnosis.diagnose([r.observation for r in runs])
     markdown = render_markdown(runs, verdict)
     print(_summary(verdict))
-    paths = _write(opts.out, markdown, _to_json(runs, verdict))
+    try:
+        paths = _write(opts.out, markdown, _to_json(runs, verdict))
+    except OSError as err:
+        print(f"splitdns verify: cannot write the artifact {opts.out}: {err.strerror} "
+              f"({err.filename or opts.out})", file=sys.stderr)
+        return EXIT_USAGE
     for path in paths:
         print(f"artifact: {path}")
     return verdict.exit_code
@@ -142,8 +147,13 @@ def _kubectl(opts: Options, args: list[str]) -> str:
     command = [opts.kubectl_bin, *args]
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=opts.timeout + 30)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise RuntimeError(f"{' '.join(command)}: {err}") from None
+    except subprocess.TimeoutExpired:
+        raise RuntimeError(f"{' '.join(command)}: no answer within {opts.timeout + 30} s") from None
+    except FileNotFoundError:
+        raise RuntimeError(f"{opts.kubectl_bin} not found: cluster mode runs kubectl; put it on PATH") \
+            from None
+    except OSError as err:
+        raise RuntimeError(f"{' '.join(command)}: {err.strerror}") from None
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed ({done.returncode}): {done.stderr.strip()}")
     return done.stdout
