@@ -385,3 +385,42 @@ def test_a_probe_for_the_catch_all_reaches_its_block() -> None:
                     if "kind: ConfigMap" in d)
     root_block = corefile[corefile.index("\n.:53 {"):]
     assert "ready {\n        probe probe.example.org\n    }" in root_block, root_block
+
+
+def test_corefile_takes_the_configmap_yaml_that_check_and_explain_take(tmp_path: Path) -> None:
+    # The ConfigMap render itself wrote is an "existing Corefile" too; its lines are the YAML file's.
+    configmap = tmp_path / "splitdns.yaml"
+    configmap.write_text(rendered("deployment-coredns")["splitdns.yaml"])
+    out = render.files(render.Request(corefile=str(configmap), cluster_dns=CLUSTER))["splitdns.yaml"]
+    forward_line = next(i for i, line in enumerate(configmap.read_text().splitlines(), 1)
+                        if line.strip() == "forward . 192.168.240.1")
+    assert f"svc.acme.internal. -> in-pod splitdns -> 192.168.240.1 -> from {configmap}:{forward_line}" in out
+
+
+@pytest.mark.parametrize(("flags", "code", "error"), [
+    # Each failed with a Python traceback.
+    (["--corefile", "BINARY", "--cluster-dns", CLUSTER], 2, "cannot read BINARY: not UTF-8 text"),
+    (["--zone", "svc.acme.internal=openvpn", "--cluster-dns", CLUSTER, "--output-dir", "FILE"], 2,
+     "cannot write into FILE: File exists"),
+    (["--zone", "svc.acme.internal=openvpn", "--cluster-dns", CLUSTER, "--output-dir", "FILE/sub"], 2,
+     "cannot write into FILE/sub: Not a directory"),
+    (["--zone", "svc.acme.internal=openvpn", "--cluster-dns-from-cluster", "--kubeconfig", "BROKEN"], 1,
+     "BROKEN is not a kubeconfig (YAML does not parse"),
+    (["--zone", "svc.acme.internal=openvpn", "--cluster-dns-from-cluster", "--kubeconfig", "FILE"], 1,
+     "FILE is not a kubeconfig (no clusters, contexts and users in it)"),
+])
+def test_unusable_files_are_named_with_a_reason_never_a_traceback(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], code: int, error: str) -> None:
+    paths = {"BINARY": tmp_path / "binary", "FILE": tmp_path / "file", "BROKEN": tmp_path / "broken.yaml"}
+    paths["BINARY"].write_bytes(b"\xff\xfe\x00binary")
+    paths["FILE"].write_text("just: text\n")
+    paths["BROKEN"].write_text("clusters: [\n")
+
+    def real(text: str) -> str:
+        for key, path in paths.items():
+            text = text.replace(key, str(path))
+        return text
+
+    assert cli.main(["render", *[real(f) for f in flags]]) == code
+    err = capsys.readouterr().err
+    assert real(error) in err and "Traceback" not in err

@@ -10,7 +10,6 @@ from __future__ import annotations
 import ipaddress
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import dns.exception
 import dns.name
@@ -88,22 +87,12 @@ def explain(name: str, path: str, port: int = config.DEFAULT_PORT) -> list[str]:
 def _corefile(path: str) -> sources.CorefileSource:
     """The Corefile at `path`, or the one in the ConfigMap YAML at `path` (as `check` reads it)."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
-        if path == DEFAULT_CONF and isinstance(err, FileNotFoundError):
+        return sources.corefile_at(path)
+    except FileNotFoundError:
+        if path == DEFAULT_CONF:
             raise ConfigError(None, "no ./Corefile here: pass the Corefile to explain with -conf FILE "
                                     "(a Corefile, or the ConfigMap YAML that holds one)") from None
-        raise ConfigError(None, f"cannot read {path}: {reason}") from None
-    if sources.kind_of(path, text) != "yaml":
-        return sources.CorefileSource(path, corefile_model.Model(path), text=text)
-    inputs = sources.read([path])
-    if inputs.findings:
-        raise ConfigError(None, inputs.findings[0].message)
-    if not inputs.corefiles:
-        raise ConfigError(None, f"{path} holds no ConfigMap with a data.Corefile")
-    pod_side = [c for c in inputs.corefiles if c.context == sources.POD]
-    return (pod_side or inputs.corefiles)[0]
+        raise ConfigError(None, f"cannot read {path}: No such file or directory") from None
 
 
 def _inside(block: corefile_model.Block, zone: Zone, wire: bytes,

@@ -38,7 +38,8 @@ class Request:
 
 def files(req: Request) -> dict[str, str]:
     """The rendered files (name -> text); raises PlanError on missing or wrong inputs."""
-    from splitdns.kube import corefile_model, render
+    from splitdns.errors import ConfigError
+    from splitdns.kube import corefile_model, render, sources
     from splitdns.kube.manifests import Options
     from splitdns.kube.plan import ClusterDNS, PlanError, build, routes_from_corefile, upstream
 
@@ -55,10 +56,15 @@ def files(req: Request) -> dict[str, str]:
     routes = []
     if req.corefile is not None:
         try:
-            text = Path(req.corefile).read_text(encoding="utf-8")
-        except OSError as err:
-            raise PlanError(f"cannot read {req.corefile}: {err.strerror}") from None
-        routes = routes_from_corefile(corefile_model.read(text, req.corefile))
+            src = sources.corefile_at(req.corefile)
+        except FileNotFoundError:
+            raise PlanError(f"cannot read {req.corefile}: No such file or directory") from None
+        except ConfigError as err:
+            raise PlanError(str(err)) from None
+        # The Corefile's lines as the file's (a ConfigMap's data.Corefile starts further down), so
+        # the rendered "from FILE:LINE" points where the user looks.
+        lines_above = "\n" * (src.offset if src.anchor is None else 0)
+        routes = routes_from_corefile(corefile_model.read(lines_above + src.text, req.corefile))
     form = req.form
     plan = build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
                  else req.resolver, namespace=req.namespace, cluster_domain=req.cluster_domain,
@@ -84,8 +90,13 @@ def run(req: Request) -> int:
         sys.stdout.write("---\n".join(out.values()) if req.form != "cluster-wide" else "".join(out.values()))
         return EXIT_OK
     directory = Path(req.output_dir)
-    directory.mkdir(parents=True, exist_ok=True)
-    for name, text in out.items():
-        (directory / name).write_text(text, encoding="utf-8")
-        print(directory / name, file=sys.stderr)
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        for name, text in out.items():
+            (directory / name).write_text(text, encoding="utf-8")
+            print(directory / name, file=sys.stderr)
+    except OSError as err:
+        print(f"splitdns render: cannot write into {req.output_dir}: {err.strerror} "
+              f"({err.filename or req.output_dir})", file=sys.stderr)
+        return EXIT_INPUT
     return EXIT_OK

@@ -22,6 +22,7 @@ def read_kube_dns(kubeconfig: str | None = None, context: str | None = None,
                   service_account: str = SERVICE_ACCOUNT, transport: Any = None) -> ClusterDNS:
     """The ClusterIP of kube-system/kube-dns. With no kubeconfig given, in-cluster credentials are
     tried first, then $KUBECONFIG, then ~/.kube/config (lightkube's order). `transport` is for tests."""
+    import yaml
     from lightkube import ApiError, Client, ConfigError, KubeConfig
     from lightkube.resources.core_v1 import Service
 
@@ -43,9 +44,16 @@ def read_kube_dns(kubeconfig: str | None = None, context: str | None = None,
             how += f", context {single.context_name}"
         client = Client(single, transport=transport)
         svc = client.get(Service, SERVICE, namespace=NAMESPACE)
-    except (ConfigError, OSError, KeyError) as err:
+    except (ConfigError, OSError) as err:
         raise ClusterReadError(f"cannot load Kubernetes credentials to read {NAMESPACE}/{SERVICE}: {err}; "
                         "give the address with --cluster-dns IP") from None
+    except (yaml.YAMLError, KeyError, TypeError, AttributeError, ValueError) as err:
+        # A kubeconfig that is not YAML, or YAML of another shape: say which file, not where in lightkube.
+        problem = (f"YAML does not parse: {getattr(err, 'problem', None) or str(err).splitlines()[0]}"
+                   if isinstance(err, yaml.YAMLError) else "no clusters, contexts and users in it")
+        raise ClusterReadError(f"cannot load Kubernetes credentials to read {NAMESPACE}/{SERVICE}: "
+                               f"{kubeconfig or 'the kubeconfig'} is not a kubeconfig ({problem}); give the "
+                               "address with --cluster-dns IP") from None
     except ApiError as err:
         raise ClusterReadError(f"reading Service {NAMESPACE}/{SERVICE} failed: {err.status.message or err}; "
                         "give the address with --cluster-dns IP") from None

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from splitdns.errors import Location
+from splitdns.errors import ConfigError, Location
 from splitdns.kube import corefile_model, openvpn_conf, yamlio
 from splitdns.kube.findings import Finding
 
@@ -151,3 +151,25 @@ def _configmap_corefiles(path: str, doc: yamlio.Document, name: str, namespace: 
         else:
             source.anchor = doc.line(("data", key))
         inputs.corefiles.append(source)
+
+
+def corefile_at(path: str) -> CorefileSource:
+    """The Corefile at `path`, or the pod's Corefile in the ConfigMap YAML at `path`, read as `check`
+    reads it: what `explain -conf` and `render --corefile` take. Raises ConfigError (FileNotFoundError
+    when there is no such file, so a caller can say what to pass instead)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise
+    except (OSError, UnicodeDecodeError) as err:
+        reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
+        raise ConfigError(None, f"cannot read {path}: {reason}") from None
+    if kind_of(path, text) != "yaml":
+        return CorefileSource(path, corefile_model.Model(path), text=text)
+    inputs = read([path])
+    if inputs.findings:
+        raise ConfigError(None, inputs.findings[0].message)
+    if not inputs.corefiles:
+        raise ConfigError(None, f"{path} holds no ConfigMap with a data.Corefile")
+    pod_side = [c for c in inputs.corefiles if c.context == POD]
+    return (pod_side or inputs.corefiles)[0]
