@@ -14,6 +14,10 @@ REPRS = [
     "cannot read: OSError(98, 'Address already in use')",
     "state: <splitdns.tunnel.TunnelState object at 0x7f3a2b1c0d90>",
     "got TimeoutError()",
+    # containers in an f-string
+    "policy: unknown policy 'fastest'; use one of ('random', 'round_robin', 'sequential')",
+    "kubectl exec: Command '['kubectl', 'exec', 'deploy/app']' timed out after 120 seconds",
+    "20000 hostile packets: {'quiet': 11236, 'noisy': 8764}",
 ]
 PROSE = [
     "127.0.0.1:5398: connection refused (nothing listens there)",
@@ -22,6 +26,11 @@ PROSE = [
     "the tunnel is down (RECONNECTING: ping-restart)",
     "[ERROR] plugin/errors: 2 example.org. A: 127.0.0.1:53: timeout",
     "splitdns check: did you mean `errors`?",
+    "policy: unknown policy 'fastest'; use one of random, round_robin, sequential",
+    "forward: 'nowhere' is neither an IP address (IP, IP:PORT, [IPv6]:PORT) nor a file path",
+    'args: ["-conf", "/etc/coredns/Corefile"]',
+    "missing '}': the block opened on this line is not closed",
+    "'{$UPSTREAM}' (the pod's value) and '(snippet)'",
 ]
 
 

@@ -14,8 +14,11 @@ from dataclasses import dataclass
 # `ClassName(field=...`, `ClassName('...')`, `ClassName()`, `ClassName(2, ...`: what repr() of a
 # dataclass, a namedtuple or an exception looks like. A CamelCase word glued to "(" is never
 # prose (prose puts a space before a parenthesis). `<foo.Bar object at 0x...>`: the default repr.
+# A tuple, list or dict of strings as Python prints it (`('random', 'round_robin')`, `['-conf', ...]`,
+# `{'quiet': 3}`): a container dropped into an f-string. Prose and YAML quote with " or `.
 REPR = re.compile(r"\b[A-Z][a-z0-9]*[A-Z]?[A-Za-z0-9_]*\((?:[a-z_][a-z0-9_]*=|['\"<)]|\d)"
-                  r"|object at 0x[0-9a-fA-F]+")
+                  r"|object at 0x[0-9a-fA-F]+"
+                  r"|\('[^']*',(?: '|\))|\['[^']*'(?:, '|\])|\{'[^']*': ")
 
 
 @dataclass(frozen=True)

@@ -137,7 +137,8 @@ def _option(opt: Statement, out: dict[str, object]) -> None:
     elif name == "policy":
         _args.arity(opt, 1, 1, "policy random|round_robin|sequential")
         if args[0] not in POLICIES:
-            raise ConfigError(opt.where, f"policy: unknown policy {args[0]!r}; use one of {POLICIES}")
+            raise ConfigError(opt.where, f"policy: unknown policy {args[0]!r}; "
+                                         f"use one of {', '.join(POLICIES)}")
         out["policy"] = args[0]
     elif name == "max_fails":
         _args.arity(opt, 1, 1, "max_fails INTEGER")
