@@ -26,6 +26,7 @@ import dns.rcode
 import pytest
 
 from tests.helpers import query
+from tests.support import user_text
 from tests.support.hostile import (
     RESOLVER,
     ask_udp,
@@ -303,6 +304,7 @@ def test_i1_not_an_open_resolver(tmp_path: Path) -> None:
         finally:
             stop(proc)  # type: ignore[arg-type]
             log.close()
+            user_text.seen("serve output", (work / "out.log").read_text(errors="replace"))
     local = sorted({line.split()[4].rsplit(":", 1)[0] for line in sockets.splitlines() if line.strip()})
     figure("I1", f"in a namespace with a pod IP: 127.0.0.1 answers ({loopback}); the pod IP: {pod_ip}; "
                  f"127.0.0.2: {other_lo}; listening on {local}")

@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import dns.message
 import dns.rcode
 import pytest
 
 from tests.helpers import query
+from tests.support import user_text
 from tests.support.processes import dig, free_port, poll_until, scripted_upstream, stop
 from tests.support.resolver import dnsmasq_forwarder, http_get, splitdns_serve
 
@@ -118,17 +122,22 @@ def swap_configmap(root: Path, corefile: str) -> None:
     os.replace(tmp, root / "..data")
 
 
-def serve_path(tmp_path: Path, path: Path) -> Any:
-    """Start splitdns on an existing Corefile path (the symlinked one)."""
-    import subprocess
-    import sys
-
+@contextlib.contextmanager
+def serve_path(tmp_path: Path, path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """splitdns on an existing Corefile path (the symlinked one); stopped on exit, and what it wrote
+    goes to the suite's check of user-facing text (tests/support/user_text.py)."""
     port = free_port("127.0.0.1")
-    out, err = (tmp_path / "out.log").open("wb"), (tmp_path / "err.log").open("wb")
-    proc = subprocess.Popen([sys.executable, "-m", "splitdns", "serve", "-conf", str(path), "-dns.port",
-                             str(port)], stdout=out, stderr=err, stdin=subprocess.DEVNULL)
-    poll_until("start", 10, lambda: True if "splitdns-" in (tmp_path / "out.log").read_text() else None)
-    return proc, port
+    out_log, err_log = tmp_path / "out.log", tmp_path / "err.log"
+    with out_log.open("wb") as out, err_log.open("wb") as err:
+        proc = subprocess.Popen([sys.executable, "-m", "splitdns", "serve", "-conf", str(path), "-dns.port",
+                                 str(port)], stdout=out, stderr=err, stdin=subprocess.DEVNULL)
+    try:
+        poll_until("start", 10, lambda: True if "splitdns-" in out_log.read_text() else None)
+        yield proc, port
+    finally:
+        stop(proc)
+        user_text.seen("serve stdout", out_log.read_text(errors="replace"))
+        user_text.seen("serve stderr", err_log.read_text(errors="replace"))
 
 
 def test_reload_follows_a_configmap_symlink_swap_and_keeps_serving_on_a_bad_one(tmp_path: Path) -> None:
@@ -139,8 +148,7 @@ def test_reload_follows_a_configmap_symlink_swap_and_keeps_serving_on_a_bad_one(
             scripted_upstream(tmp_path, two, "127.0.0.22") as up2:
         text = f"example.org {{{{\n reload 2s 1s\n prometheus 127.0.0.1:{metrics}\n forward . {{}}\n}}}}\n"
         path = kubelet_volume(tmp_path / "volume", text.format(up1.target))
-        proc, port = serve_path(tmp_path, path)
-        try:
+        with serve_path(tmp_path, path) as (proc, port):
             assert dig("a.example.org", server="127.0.0.1", port=port).rdata == ["192.0.2.1"]
             started = time.monotonic()
             swap_configmap(tmp_path / "volume", text.format(up2.target))
@@ -158,8 +166,6 @@ def test_reload_follows_a_configmap_symlink_swap_and_keeps_serving_on_a_bad_one(
             assert dig("c.example.org", server="127.0.0.1", port=port).rdata == ["192.0.2.2"]
             assert "coredns_reload_failed_total 1.0" in http_get(metrics, "/metrics")[1]
             assert proc.poll() is None
-        finally:
-            stop(proc)
 
 
 def test_sigterm_under_load_loses_no_query_and_exits_zero(tmp_path: Path) -> None:
