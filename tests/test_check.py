@@ -212,3 +212,55 @@ def test_an_unset_variable_is_a_warning_in_check_and_an_error_in_serve(
         config.load(bad)
     monkeypatch.setenv("SPLITDNS_EXAMPLE_CLUSTER_DNS", "10.96.0.10")
     assert cli.main(["check", str(bad)]) == 0
+
+
+# Corefiles `serve` refuses to start with (config.load is what serve runs first), each a kind of
+# mistake; check must call each an error, at the line serve names.
+SERVE_REFUSES = {
+    "port out of range": ".:99999 {\n forward . 192.0.2.1\n}\n",
+    "interface for bind": ". {\n bind eth0\n forward . 192.0.2.1\n}\n",
+    "negative cache TTL": ". {\n cache -5\n forward . 192.0.2.1\n}\n",
+    "same zone twice": ". {\n forward . 192.0.2.1\n}\n. {\n forward . 192.0.2.2\n}\n",
+    "health twice": ". {\n health :18780\n health :18781\n forward . 192.0.2.1\n}\n",
+    "missing import": "import nothere\n. {\n forward . 192.0.2.1\n}\n",
+    "bad network": ". {\n private_addresses 10.0.0.0/33\n forward . 192.0.2.1\n}\n",
+    "pending 0": ". {\n limits {\n  pending 0\n }\n forward . 192.0.2.1\n}\n",
+    "unknown policy": ". {\n forward . 192.0.2.1 {\n  policy fastest\n }\n}\n",
+    "tls upstream": ". {\n forward . tls://192.0.2.1\n}\n",
+    "misspelt directive": ". {\n erors\n forward . 192.0.2.1\n}\n",
+    "unclosed block": ". {\n forward . 192.0.2.1\n",
+    "bind mix on a port": "a.org:5300 {\n forward . 192.0.2.1\n}\nb.org:5300 {\n bind 127.0.0.1\n"
+                          " forward . 192.0.2.1\n}\n.:5300 {\n forward . 192.0.2.1\n}\n",
+    "openvpn without a source": ". {\n forward . 192.0.2.1\n}\nx.org {\n openvpn\n}\n",
+}
+
+
+@pytest.mark.parametrize("text", SERVE_REFUSES.values(), ids=SERVE_REFUSES.keys())
+def test_what_serve_refuses_check_calls_an_error_at_the_same_line(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str) -> None:
+    from splitdns import config
+    from splitdns.errors import ConfigError
+
+    code, out = _check_corefile(tmp_path, text, capsys)
+    with pytest.raises(ConfigError) as served:
+        config.load(tmp_path / "Corefile")
+    line = served.value.where.line if served.value.where is not None else 1
+    assert code == 2, out
+    # At serve's line; in serve's words unless check has a more precise finding for that line
+    # (SD112's did-you-mean, SD109's bind mix).
+    at_line = [f for f in out.splitlines() if f.startswith(f"{tmp_path / 'Corefile'}:{line}: ")]
+    assert any(" error " in f for f in at_line), (served.value.message, out)
+    assert "Traceback" not in out
+
+
+def test_a_corefile_said_to_be_splitdns_is_checked_as_splitdns_even_with_kubernetes(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # Without --resolver, a Corefile with `kubernetes` is taken for the cluster's CoreDNS one. Said
+    # to be splitdns's, it is what serve refuses to start with.
+    path = tmp_path / "Corefile"
+    path.write_text(". {\n kubernetes cluster.local\n forward . 192.0.2.1\n}\n")
+    assert cli.main(["check", "--brief", str(path)]) == 0
+    capsys.readouterr()
+    assert cli.main(["check", "--brief", "--resolver", "splitdns", str(path)]) == 2
+    out = capsys.readouterr().out
+    assert f"{path}:2: SD110 error `kubernetes` is a CoreDNS plugin that splitdns does not implement" in out

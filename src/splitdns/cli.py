@@ -113,7 +113,8 @@ def _add_check(commands: argparse._SubParsersAction[_Parser]) -> None:
                    help="Corefiles, Kubernetes YAML and OpenVPN client configs (.ovpn, .conf).")
     p.add_argument("--resolver", choices=("auto", "splitdns", "coredns"), default="auto",
                    help="The resolver the Corefiles are for; auto (default) takes it from the DNS "
-                        "container's image, else splitdns. Cluster-wide Corefiles are always CoreDNS's.")
+                        "container's image, else splitdns. Cluster-wide Corefiles are CoreDNS's; so is, "
+                        "unless splitdns is given here, one that uses the kubernetes plugin.")
     p.add_argument("--kube-version", metavar="MAJOR.MINOR",
                    help="Also validate the manifests, offline and strictly (unknown fields fail), "
                         "against this Kubernetes version's schema, for example 1.33.")

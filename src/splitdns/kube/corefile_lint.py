@@ -73,7 +73,9 @@ def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
         _tunnel(block, src, is_tunnel, cluster, add)
     _zones(model.blocks, src, add)
     _binds(model.blocks, src, add)
-    if src.context == POD and model.blocks and not any(b.is_root for b in model.blocks):
+    # A block whose key is broken (SD100 above) might be the `.` one: no guess about it.
+    if src.context == POD and model.blocks and all(b.zones for b in model.blocks) \
+            and not any(b.is_root for b in model.blocks):
         add(src.line(model.blocks[0].where), "SD103",
             "no `.` block: names outside " + ", ".join(z for b in model.blocks for z in b.zones)
             + " get REFUSED, and this resolver is the pod's only nameserver")

@@ -27,7 +27,7 @@ class Options:
 
 
 def check(paths: Sequence[str], opts: Options) -> list[Finding]:
-    inputs = sources.read(list(paths))
+    inputs = sources.read(list(paths), guess_cluster=opts.resolver != "splitdns")
     out = list(inputs.findings)
     for file, doc in inputs.documents:
         if opts.kube_version is not None:
@@ -81,7 +81,7 @@ def _tunnel_test(src: CorefileSource, inputs: Inputs) -> corefile_lint.IsTunnel:
     cluster's, not `.`) forwards to the same address: that zone's server is behind the VPN."""
     private: dict[str, str] = {}
     for block in src.model.blocks:
-        if block.is_root or any(z.endswith(_NOT_PRIVATE) for z in block.zones):
+        if block.is_root or not block.zones or any(z.endswith(_NOT_PRIVATE) for z in block.zones):
             continue
         for fwd in block.forwards:
             for up in fwd.spec.upstreams:

@@ -67,6 +67,7 @@ class Inputs:
     documents: list[tuple[str, yamlio.Document]] = field(default_factory=list)
     vpn_configs: list[openvpn_conf.ClientConfig] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
+    guess_cluster: bool = True
 
 
 def kind_of(path: str, text: str) -> str:
@@ -82,8 +83,11 @@ def kind_of(path: str, text: str) -> str:
     return "corefile"
 
 
-def read(paths: list[str]) -> Inputs:
-    inputs = Inputs()
+def read(paths: list[str], guess_cluster: bool = True) -> Inputs:
+    """`guess_cluster`: a Corefile with the `kubernetes` plugin is taken for the cluster's CoreDNS
+    one. Off when the user said the Corefiles are splitdns's (`check --resolver splitdns`): then
+    `kubernetes` is what `serve` refuses, and check must say so."""
+    inputs = Inputs(guess_cluster=guess_cluster)
     for path in paths:
         try:
             text = Path(path).read_text(encoding="utf-8")
@@ -99,7 +103,7 @@ def read(paths: list[str]) -> Inputs:
         else:
             context = CLUSTER if "cluster-wide" in Path(path).name else POD
             model = corefile_model.read(text, path)
-            if context == POD and _is_cluster_corefile(model):
+            if context == POD and inputs.guess_cluster and _is_cluster_corefile(model):
                 context = CLUSTER
             inputs.corefiles.append(CorefileSource(path, model, context, text=text))
     return inputs
@@ -143,7 +147,8 @@ def _configmap_corefiles(path: str, doc: yamlio.Document, name: str, namespace: 
         if key != "Corefile" or not isinstance(text, str):
             continue
         model = corefile_model.read(text, path)
-        cluster = (name == "coredns" and namespace == "kube-system") or _is_cluster_corefile(model)
+        cluster = (name == "coredns" and namespace == "kube-system") or (
+            inputs.guess_cluster and _is_cluster_corefile(model))
         block_start = doc.block_start.get(("data", key))
         source = CorefileSource(path, model, CLUSTER if cluster else POD, configmap=name, text=text)
         if block_start is not None:
