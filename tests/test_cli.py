@@ -141,3 +141,21 @@ def test_every_positional_argument_says_what_it_is() -> None:
         for action in parser._actions:
             if not action.option_strings and action.help != argparse.SUPPRESS and action.dest != "command":
                 assert action.help, f"{parser.prog} {action.metavar or action.dest}"
+
+
+@pytest.mark.parametrize(("argv", "hint"), [
+    (["chek", "Corefile"], "invalid choice: chek (choose from serve, demo, check, render, explain, "
+                           "openvpn-hook, verify); did you mean check?"),
+    (["render", "--resolver", "corends"], "invalid choice: corends (choose from splitdns, coredns); "
+                                          "did you mean coredns?"),
+    (["check", "--breif", "Corefile"], "splitdns check: error: unrecognized arguments: --breif "
+                                       "(did you mean --brief?)"),
+    (["serve", "-dnsport", "5300"], "splitdns serve: error: unrecognized arguments: -dnsport "
+                                    "(did you mean -dns.port?) 5300"),
+])
+def test_a_mistyped_command_choice_or_flag_gets_a_did_you_mean(
+        argv: list[str], hint: str, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(argv)
+    assert exit_.value.code == 2
+    assert hint in capsys.readouterr().err

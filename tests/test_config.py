@@ -77,6 +77,8 @@ def test_dns_port_flag_changes_the_default_port_only() -> None:
      "'no' is neither `on` nor `off`"),
     ("example.org {\n cache 0\n}\n", 2, "cache TTL: 0 is out of range"),
     ("example.org {\n cache {\n  prefetch 10\n }\n}\n", 3, "cache: unknown option 'prefetch'"),
+    ("example.org {\n forward . 192.0.2.1 {\n  polcy random\n }\n}\n", 3,
+     "forward: unknown option 'polcy' (did you mean `policy`?); supported: except"),
     ("example.org {\n cache {\n  servfail 10m\n }\n}\n", 3, "servfail: at most 5m"),
     ("example.org {\n bind eth0\n forward . 192.0.2.1\n}\n", 2, "is not an IP address"),
     ("a.example {\n bind 127.0.0.2\n}\nb.example {\n errors\n}\n", 4, "same bind"),

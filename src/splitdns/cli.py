@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import re
 import sys
 import textwrap
@@ -59,6 +60,15 @@ class _Parser(argparse.ArgumentParser):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("formatter_class", _Help)
         super().__init__(*args, **kwargs)
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        # argparse's own check, plus the choice a typo most likely meant (`chek` -> `check`).
+        if action.choices is not None and value not in action.choices:
+            choices = [str(c) for c in action.choices]
+            guess = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+            hint = f"; did you mean {guess[0]}?" if guess else ""
+            raise argparse.ArgumentError(
+                action, f"invalid choice: {value} (choose from {', '.join(choices)}){hint}")
 
 
 def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
@@ -302,11 +312,28 @@ def _verify(a: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "splitdns") -> int:
-    args = _parser(prog).parse_args(sys.argv[1:] if argv is None else argv)
+    parser = _parser(prog)
+    args, unknown = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
+    if unknown:
+        _unrecognized(parser, args.command, unknown)
     if getattr(args, "target", None) and args.kubectl:
         _parser(prog).error("verify: give the pod once, as TARGET or as --kubectl")
     code: int = args.run(args)
     return code
+
+
+def _unrecognized(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> None:
+    """argparse's "unrecognized arguments", from the command's own parser, with the flag a typo most
+    likely meant (`--breif` -> `--brief`)."""
+    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    sub: argparse.ArgumentParser = subs.choices[command]
+    flags = [flag for action in sub._actions for flag in action.option_strings]
+    words = []
+    for word in unknown:
+        guess = difflib.get_close_matches(word.split("=")[0], flags, n=1, cutoff=0.75) \
+            if word.startswith("-") else []
+        words.append(f"{word} (did you mean {guess[0]}?)" if guess else word)
+    sub.error(f"unrecognized arguments: {' '.join(words)}")
 
 
 def kubectl_plugin() -> int:

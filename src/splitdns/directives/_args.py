@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import re
 import string
 
@@ -86,7 +87,9 @@ def no_body(st: Statement, usage: str) -> None:
 
 
 def unknown_option(opt: Statement, directive: str, known: tuple[str, ...]) -> ConfigError:
+    guess = difflib.get_close_matches(opt.name.lower(), known, n=1, cutoff=0.75)
+    hint = f" (did you mean `{guess[0]}`?)" if guess else ""
     return ConfigError(
         opt.where,
-        f"{directive}: unknown option {opt.name!r}; supported: {', '.join(known)}",
+        f"{directive}: unknown option {opt.name!r}{hint}; supported: {', '.join(known)}",
     )
