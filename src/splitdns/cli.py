@@ -153,7 +153,8 @@ def _add_render(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--zone", action="append", default=[], dest="zones", metavar="ZONE=UPSTREAM[,UPSTREAM]",
                    help="A zone and its upstream addresses, or ZONE=openvpn for the DNS the VPN "
                         "pushes, learned at run time. Repeat for each zone.")
-    p.add_argument("--corefile", metavar="FILE", help="Take zones and upstreams from an existing Corefile.")
+    p.add_argument("--corefile", metavar="FILE", help="Take zones and upstreams from an existing Corefile "
+                   "(or the ConfigMap YAML that holds one).")
     cluster = p.add_mutually_exclusive_group()
     cluster.add_argument("--cluster-dns", metavar="IP",
                          help="The cluster DNS address (kubectl -n kube-system get svc kube-dns).")
