@@ -194,3 +194,12 @@ def test_every_documented_command_line_parses(command: str, capsys: pytest.Captu
         cli._parser().parse_args(shlex.split(command)[1:])
     except SystemExit:
         pytest.fail(f"{command}: {capsys.readouterr().err}")
+
+
+def test_serve_without_a_corefile_says_what_to_pass(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    # It said "cannot read Corefile Corefile: No such file or directory", as explain used to.
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["serve"]) == 2
+    err = capsys.readouterr().err
+    assert err == "[ERROR] no ./Corefile here: pass the Corefile to serve with -conf FILE\n"

@@ -117,5 +117,9 @@ def test_self_importing_file_is_a_clean_error(tmp_path: Path) -> None:
 
 
 def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read Corefile"):
+    with pytest.raises(ConfigError, match=r"cannot read the Corefile .*missing: No such file"):
         corefile.load(tmp_path / "missing", env={})
+    # Named Corefile, the path says it: no "cannot read Corefile Corefile".
+    with pytest.raises(ConfigError) as err:
+        corefile.load(tmp_path / "Corefile", env={})
+    assert err.value.message == f"cannot read {tmp_path / 'Corefile'}: No such file or directory"

@@ -315,7 +315,8 @@ def load(path: str | Path, env: Mapping[str, str] | None = None) -> list[ServerB
     try:
         text = p.read_text(encoding="utf-8")
     except OSError as err:
-        raise ConfigError(None, f"cannot read Corefile {p}: {err.strerror or err}") from err
+        what = str(p) if p.name == "Corefile" else f"the Corefile {p}"  # never "Corefile Corefile"
+        raise ConfigError(None, f"cannot read {what}: {err.strerror or err}") from err
     except UnicodeDecodeError as err:
         raise ConfigError(Location(str(p), 1), f"not UTF-8 text: {err.reason}") from err
     return parse(text, str(p), env)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import gc
 from collections.abc import Coroutine
+from pathlib import Path
 
 from splitdns import __version__, config, logs
 from splitdns.errors import ConfigError
@@ -14,11 +15,17 @@ from splitdns.server import Server
 EXIT_OK, EXIT_START, EXIT_CONFIG = 0, 1, 2
 
 
+DEFAULT_CONF = "Corefile"
+
+
 def run(path: str, port: int) -> int:
     try:
         loaded = config.load(path, default_port=port)
     except ConfigError as err:
-        logs.error(str(err))
+        if path == DEFAULT_CONF and not Path(path).exists():
+            logs.error("no ./Corefile here: pass the Corefile to serve with -conf FILE")
+        else:
+            logs.error(str(err))
         return EXIT_CONFIG
     return run_loop(serve(loaded, path, port))
 
