@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-SCANNED = ("src", "tests", "docs", "bench", "fuzz", "results", "README.md", "Makefile", "Dockerfile",
+SCANNED = ("src", "tests", "tools", "docs", "bench", "fuzz", "results", "README.md", "Makefile", "Dockerfile",
            "pyproject.toml")
 TEXT = {".py", ".md", ".yaml", ".yml", ".toml", ".txt", ".conf", ".ovpn", ".json", ".sh", ""}
 # Built from pieces so that this file does not match itself.
