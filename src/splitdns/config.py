@@ -14,34 +14,54 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from splitdns import corefile
-from splitdns.directives import bind, cache, forward, limits, logging, openvpn, operations, private
+from splitdns.directives import (
+    bind,
+    cache,
+    forward,
+    hosts,
+    limits,
+    loadbalance,
+    logging,
+    openvpn,
+    operations,
+    private,
+    rewrite,
+    template,
+)
 from splitdns.directives._args import domain_name
 from splitdns.errors import ConfigError, Location
 
 DEFAULT_PORT = 53
 
-SUPPORTED = ("bind", "cache", "errors", "forward", "health", "limits", "log", "loop", "openvpn",
-             "private_addresses", "prometheus", "ready", "reload")
+SUPPORTED = ("bind", "cache", "errors", "forward", "health", "hosts", "limits", "loadbalance", "log",
+             "loop", "openvpn", "private_addresses", "prometheus", "ready", "reload", "rewrite",
+             "template")
 # Directives CoreDNS has that we deliberately do not: named in the error so the user
 # knows the Corefile is fine for CoreDNS but not for us.
 COREDNS_ONLY = (
     "acl", "any", "auto", "autopath", "azure", "cancel", "chaos", "clouddns", "debug",
     "dns64", "dnssec", "dnstap", "erratic", "etcd", "file", "geoip", "grpc", "header",
-    "hosts", "k8s_external", "kubernetes", "local", "loadbalance", "metadata", "minimal",
-    "multisocket", "nsid", "pprof", "rewrite", "root", "route53", "secondary", "sign",
-    "template", "timeouts", "tls", "trace", "transfer", "tsig", "view", "whoami",
+    "k8s_external", "kubernetes", "local", "metadata", "minimal",
+    "multisocket", "nsid", "pprof", "root", "route53", "secondary", "sign",
+    "timeouts", "tls", "trace", "transfer", "tsig", "view", "whoami",
 )
-# CoreDNS runs plugins in a compiled order, not in file order (plugin.cfg); so do we.
-ORDER = ("reload", "bind", "limits", "ready", "health", "prometheus", "errors", "log", "cache", "loop",
-         "private_addresses", "openvpn", "forward")
+# CoreDNS runs plugins in a compiled order (plugin.cfg), not in file order; so do we. This is
+# that order among our directives, ours placed where they act: the per-query steps of a block
+# (local.steps_of, resolve.Zone) are read from it.
+ORDER = ("reload", "bind", "limits", "ready", "health", "prometheus", "errors", "log", "loadbalance",
+         "cache", "rewrite", "template", "hosts", "loop", "private_addresses", "openvpn", "forward")
 ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready", "openvpn",
-        "limits", "private_addresses")
+        "limits", "private_addresses", "hosts", "loadbalance")
+REPEATED = ("rewrite", "template")  # several in a block: all of them, in file order
 PARSERS: dict[str, Callable[[corefile.Statement], object]] = {
     "bind": bind.parse, "cache": cache.parse, "errors": logging.parse_errors, "log": logging.parse_log,
     "health": operations.parse_health, "ready": operations.parse_ready,
     "prometheus": operations.parse_prometheus, "reload": operations.parse_reload,
     "loop": operations.parse_loop, "openvpn": openvpn.parse, "limits": limits.parse,
-    "private_addresses": private.parse,
+    "private_addresses": private.parse, "hosts": hosts.parse, "loadbalance": loadbalance.parse,
+}
+REPEATED_PARSERS: dict[str, Callable[[corefile.Statement], object]] = {
+    "rewrite": rewrite.parse, "template": template.parse,
 }
 
 
@@ -66,6 +86,10 @@ class Block:
     openvpn: openvpn.OpenVPNSpec | None = None
     limits: limits.Limits | None = None
     private_addresses: private.PrivateSpec | None = None
+    hosts: hosts.HostsSpec | None = None
+    template: tuple[template.TemplateSpec, ...] = ()
+    rewrite: tuple[rewrite.RewriteRule, ...] = ()
+    loadbalance: bool = False
 
     @property
     def name(self) -> str:
@@ -156,6 +180,8 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
         seen[name] = st
         if name == "forward":
             forwards.append(forward.parse(st, read_files))
+        elif name in REPEATED:
+            values[name] = (*values.get(name, ()), REPEATED_PARSERS[name](st))  # type: ignore[misc]
         else:
             values[name] = PARSERS[name](st)  # the Block field is named after the directive
     if "bind" in values:

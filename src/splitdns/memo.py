@@ -13,6 +13,8 @@ from the VPN starts it afresh. Pure: no sockets, no clock.
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from splitdns import entries, wire
@@ -29,27 +31,41 @@ MEMO_QUERY_BYTES = 512   # longer queries (EDNS options) are answered the ordina
 
 class Remembered:
     __slots__ = ("duration", "entry", "held_in", "key", "offsets", "span", "stored", "tail",
-                 "tally", "ttl", "zone")
+                 "tally", "ttl", "turn", "turns", "zone")
 
-    def __init__(self, zone: Zone, key: bytes, entry: Entry, ttl: int, qtype: int, tail: bytes,
-                 now: float) -> None:
-        assert zone.cache is not None
+    def __init__(self, zone: Zone, key: bytes, entry: Entry, ttl: int | None, qtype: int,
+                 reply: bytes, now: float, held_in: Mapping[bytes, Entry] | None = None,
+                 turns: tuple[bytes, ...] | None = None) -> None:
         self.zone = zone
         self.key = key        # the cache key of the question
         self.entry = entry    # the cache entry the reply was rendered from
-        self.held_in = zone.cache.table_of(entry)
-        self.ttl = ttl        # the TTL the reply carries
-        # The entry's timing, read once: the once-a-second recheck is on the query path.
-        self.stored, self.duration = entries.timing(entry)
-        self.offsets = entries.offsets(entry)
-        self.span = self.same_ttl_span(now)
-        self.tail = tail      # the reply without its ID
-        self.tally: Tally = (zone, qtype, tail[1] & 0xF)
+        self.ttl = ttl        # the TTL the reply carries (None: the entry's own, never counted down)
+        if held_in is None:
+            assert zone.cache is not None
+            self.held_in = zone.cache.table_of(entry)
+            # The entry's timing, read once: the once-a-second recheck is on the query path.
+            self.stored, self.duration = entries.timing(entry)
+            self.offsets = entries.offsets(entry)
+            self.span = self.same_ttl_span(now)
+        else:  # made by the block itself (local.py): good while `held_in` holds it
+            self.held_in = held_in
+            self.stored, self.duration, self.offsets, self.span = 0.0, math.inf, (), math.inf
+        self.tail = reply[2:]  # the reply without its ID
+        # `loadbalance`: the reply's rotations without their IDs, handed out in turn after
+        # `reply` (one of them); None when the reply is not balanced.
+        self.turns = tuple(t[2:] for t in turns) if turns is not None and len(turns) > 1 else None
+        self.turn = turns.index(reply) if self.turns is not None and turns is not None else 0
+        self.tally: Tally = (zone, qtype, self.tail[1] & 0xF)
 
     def same_ttl_span(self, now: float) -> float:
         """While the entry's age stays below this, `entries.remaining` gives what it gives
         now and the entry is fresh (the cache's test is the same: age < duration)."""
         return min(int(now - self.stored) + 1, self.duration)
+
+    def rotate(self) -> None:
+        assert self.turns is not None
+        self.turn += 1
+        self.tail = self.turns[self.turn % len(self.turns)]
 
 
 class Memo:
@@ -73,6 +89,8 @@ class Memo:
         if now - seen.stored < seen.span and seen.held_in.get(seen.key) is seen.entry:
             # Still held and the same second of its life: the cache would render the same
             # bytes. (Its LRU position is refreshed by the full check, once a second.)
+            if seen.turns is not None:
+                seen.rotate()
             return seen
         cache = seen.zone.cache
         if cache is None or cache.get(seen.key, now) is not seen.entry:
@@ -87,17 +105,24 @@ class Memo:
                 del self.table[after_id]  # a truncated reply carries no records to patch
                 return None
             seen.tail = _with_ttl(seen.tail, seen.offsets, ttl)
+            if seen.turns is not None:
+                seen.turns = tuple(_with_ttl(t, seen.offsets, ttl) for t in seen.turns)
+                seen.rotate()
             seen.ttl = ttl
         seen.span = seen.same_ttl_span(now)
         return seen
 
-    def remember(self, data: bytes, zone: Zone, key: bytes, entry: Entry, ttl: int, qtype: int,
-                 reply: bytes, now: float) -> None:
+    def remember(self, data: bytes, zone: Zone, key: bytes, entry: Entry, ttl: int | None, qtype: int,
+                 reply: bytes, now: float, held_in: Mapping[bytes, Entry] | None = None,
+                 turns: tuple[bytes, ...] | None = None) -> None:
+        """Remember the reply to these query bytes. `held_in`: the table of answers the
+        block made itself (local.py), for an entry that is not the cache's. `turns`: the
+        `loadbalance` rotations `reply` is one of, handed out in turn from the next."""
         if len(data) > MEMO_QUERY_BYTES:
             return
         if len(self.table) >= self.limit:
             self.table.clear()  # cheaper than an LRU here; the hot names come back within a second
-        self.table[data[2:]] = Remembered(zone, key, entry, ttl, qtype, reply[2:], now)
+        self.table[data[2:]] = Remembered(zone, key, entry, ttl, qtype, reply, now, held_in, turns)
 
     def clear(self) -> None:
         self.table.clear()

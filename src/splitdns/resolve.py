@@ -55,8 +55,10 @@ from splitdns import entries, wire
 from splitdns import reply as replies
 from splitdns.cache import Cache
 from splitdns.config import Block
+from splitdns.directives import loadbalance
 from splitdns.directives.forward import ForwardSpec, Upstream
 from splitdns.entries import Entry
+from splitdns.local import Local, Rewritten, revert, steps_of
 from splitdns.memo import Memo
 from splitdns.metrics import ZoneStats
 from splitdns.rebinding import PrivateFilter
@@ -281,6 +283,21 @@ class Zone:
         self.tunnel: TunnelState | None = TunnelState() if block.openvpn else None
         spec = block.private_addresses
         self.private = PrivateFilter(spec) if spec is not None else None
+        self.local = Local(block) if steps_of(block) else None  # rewrite, template, hosts
+        self.turn: int | None = 0 if block.loadbalance else None  # replies rotated so far
+
+    def balanced(self, out: bytes) -> bytes:
+        """`loadbalance`: the reply with its addresses rotated one place more than the last."""
+        if self.turn is None:
+            return out
+        self.turn += 1
+        return loadbalance.rotated(out, self.turn - 1)
+
+    def next_turn(self, count: int) -> int:
+        """Which of `count` precomputed rotations the next reply gets."""
+        assert self.turn is not None
+        self.turn += 1
+        return (self.turn - 1) % count
 
     @property
     def name(self) -> str:
@@ -379,6 +396,16 @@ class Zone:
             return wire.error_reply(q, done.rcode, done.ede)
         cap = self.cache.cap(done.reply) if self.cache is not None else None
         return wire.render(done.reply.stored, done.reply.offsets, None, q, cap)
+
+
+def unrewrite(done: Done, rewritten: Rewritten | None) -> Done:
+    """The reply to a query `rewrite` changed, under the names the client asked for."""
+    if rewritten is None or done.reply is None:
+        return done
+    reply = revert(done.reply, rewritten)
+    if reply is None:
+        return Done(error="the reply to a rewritten query could not be mapped back to the name asked")
+    return Done(reply, done.rcode, done.error, done.ede)
 
 
 def scrub(done: Done, zone: Zone, router: Router) -> Done:

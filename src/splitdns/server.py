@@ -27,9 +27,22 @@ from dataclasses import dataclass, field
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import datagrams, entries, logs, metrics, queries, resolve, tcp, upstream, wire
+from splitdns import (
+    datagrams,
+    entries,
+    hostsfiles,
+    logs,
+    metrics,
+    queries,
+    resolve,
+    tcp,
+    upstream,
+    wire,
+)
 from splitdns.config import Block, Config
+from splitdns.directives import loadbalance
 from splitdns.entries import Entry
+from splitdns.local import Rewritten
 from splitdns.memo import Remembered, Tally
 from splitdns.probes import UpstreamProbes
 
@@ -91,6 +104,7 @@ class Server:
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)  # queries and refreshes
     _probe_tasks: set[asyncio.Task[None]] = field(default_factory=set)  # end with the server
     tcp_connections: int = 0  # held by tcp.serve_client
+    _hosts_watch: asyncio.Task[None] | None = None  # hostsfiles.watch, cancelled at the end
     loop_probes: dict[bytes, resolve.Zone] = field(default_factory=dict)
     internal_errors: int = 0
     unrouted: dict[int, metrics.ZoneStats] = field(default_factory=dict)  # by port (Listener)
@@ -102,7 +116,10 @@ class Server:
     async def start(self) -> None:
         self.zones = {block: resolve.Zone(block, cache_bytes=self.config.limits.cache_memory)
                       for block in self.config.blocks}
+        hostsfiles.refresh_all(self.zones.values())
         await self._listen(self.config, {})
+        self._hosts_watch = asyncio.get_running_loop().create_task(
+            hostsfiles.watch(lambda: self.zones.values()))
 
     async def _listen(self, config: Config, keep: dict[tuple[str, int], Listener]) -> None:
         """Open a listener for each (address, port) of the config, keeping the ones in `keep`."""
@@ -140,6 +157,7 @@ class Server:
         self.zones = {b: old_zones.get(b) or resolve.Zone(b, caches.get(resolve.cache_key(b)),
                                                          config.limits.cache_memory)
                       for b in config.blocks}
+        hostsfiles.refresh_all(z for b, z in self.zones.items() if b not in old_zones)
         try:
             await self._listen(config, dict(old_listeners))
         except OSError:
@@ -197,6 +215,7 @@ class Server:
     async def drain(self, budget: float) -> None:
         """Stop accepting queries, then let those in flight finish (bounded by `budget`).
         Health probes end at once: nobody is left to use what they would find."""
+        self._stop_watching()
         for listener in self.listeners:
             self._close_listener(listener)
         self.listeners.clear()
@@ -209,7 +228,13 @@ class Server:
                 break
             await asyncio.sleep(0.05)
 
+    def _stop_watching(self) -> None:
+        if self._hosts_watch is not None:
+            self._hosts_watch.cancel()
+            self._hosts_watch = None
+
     def close(self) -> None:
+        self._stop_watching()
         for listener in self.listeners:
             self._close_listener(listener)
         self.listeners.clear()
@@ -268,21 +293,32 @@ class Server:
         """The hot path: a fresh cache entry answered from wire bytes. False on a miss.
         The reply is remembered (memo.py) unless the zone logs every query."""
         zone = listener.router.route(q.name)
-        if zone is None or zone.cache is None:
+        if zone is None:
             return False
-        entry = zone.cache.get(q.key, now)
-        if entry is None:
+        entry = zone.cache.get(q.key, now) if zone.cache is not None else None
+        ttl: int | None = None
+        held: dict[bytes, Entry] | None = None
+        if entry is not None:
+            ttl = entries.remaining(entry, now)
+        elif zone.local is not None and q.key in zone.local.answers:  # made by the block itself
+            held = zone.local.answers
+            entry = held[q.key]
+        else:
             return False
-        ttl = entries.remaining(entry, now)
         out = entries.render(entry, ttl, q)
+        turns = None
+        if zone.turn is not None:  # loadbalance: every rotation once, then each in turn
+            turns = loadbalance.rotations(out)
+            out = turns[zone.next_turn(len(turns))]
         if len(out) > q.max_udp:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
+            turns = None
         batch.reply(i, out)
         hits.append((zone, q.qtype, out[3] & 0xF))
         if zone.block.log is not None:
             self._log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
         else:
-            listener.router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now)
+            listener.router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now, held, turns)
         return True
 
     def _count_hits(self, repeats: list[Remembered], rendered: list[Tally], listener: Listener,
@@ -328,7 +364,8 @@ class Server:
     async def answer(self, q: wire.Query, listener: Listener) -> tuple[bytes, resolve.Zone | None]:
         """The reply for a query, from cache or upstream (the full path, any transport)."""
         try:
-            return await self._resolve(q, listener)
+            out, zone = await self._resolve(q, listener)
+            return (zone.balanced(out) if zone is not None else out), zone
         except Exception as err:  # our own bug: the client still gets an answer, we a log line
             self._internal_error(err)
             return wire.error_reply(q, dns.rcode.SERVFAIL), None
@@ -353,7 +390,13 @@ class Server:
                 zone.stats.cache_hits += 1
                 return entries.render(entry, entries.remaining(entry, now), q), zone
             zone.stats.cache_misses += 1
-        fwd = zone.forward_for(q.name)
+        rewritten = None
+        if zone.local is not None:  # rewrite, template, hosts (local.py)
+            made = zone.local.decide(q)
+            if isinstance(made, bytes):
+                return entries.render(made, None, q), zone
+            rewritten = made
+        fwd = zone.forward_for(q.name if rewritten is None else rewritten.query.name)
         if fwd is None:
             self._log_error(zone.block, q, dns.rcode.SERVFAIL, "no next plugin found")
             return wire.error_reply(q, dns.rcode.SERVFAIL), zone
@@ -366,9 +409,9 @@ class Server:
             zone.stats.served_stale += 1
             if zone.refresh_due(q, now):
                 zone.hold_refresh(q, now)
-                self._spawn(self._refresh(zone, fwd, q, listener.router))
+                self._spawn(self._refresh(zone, fwd, q, listener.router, rewritten))
             return stale, zone
-        done, entry = await self._merged(zone, fwd, q, listener.router)
+        done, entry = await self._merged(zone, fwd, q, listener.router, rewritten)
         if done.error is not None:
             self._log_error(zone.block, q, done.rcode, done.error)
             if stale is not None:
@@ -396,8 +439,8 @@ class Server:
         return await self._exchange(zone, fwd, q)
 
     async def _refresh(self, zone: resolve.Zone, fwd: resolve.ForwardState, q: wire.Query,
-                       router: resolve.Router) -> None:
-        done, _ = await self._merged(zone, fwd, q, router)
+                       router: resolve.Router, rewritten: Rewritten | None = None) -> None:
+        done, _ = await self._merged(zone, fwd, q, router, rewritten)
         if done.error is not None:
             self._log_error(zone.block, q, done.rcode, f"refreshing a stale answer: {done.error}")
 
@@ -417,8 +460,11 @@ class Server:
                                    self.clock() - start)
 
     async def _merged(self, zone: resolve.Zone, fwd: resolve.ForwardState, q: wire.Query,
-                      router: resolve.Router) -> tuple[resolve.Done, Entry | None]:
-        """Identical queries in flight share one upstream exchange (CVE-2020-25686)."""
+                      router: resolve.Router, rewritten: Rewritten | None = None,
+                      ) -> tuple[resolve.Done, Entry | None]:
+        """Identical queries in flight share one upstream exchange (CVE-2020-25686). A
+        query `rewrite` changed goes upstream as rewritten, and its reply comes back under
+        the client's names before anything else looks at it."""
         key = (id(zone), q.key)
         pending = self._inflight.get(key)
         if pending is not None:
@@ -433,7 +479,9 @@ class Server:
         fwd.inflight += 1
         zone.pending += 1
         try:
-            done = resolve.scrub(await self._exchange(zone, fwd, q), zone, router)
+            asked = q if rewritten is None else rewritten.query
+            done = resolve.unrewrite(await self._exchange(zone, fwd, asked), rewritten)
+            done = resolve.scrub(done, zone, router)
             done, removed = zone.without_private(done)
             if removed:
                 name = wire.wire_to_text(q.question[:-4])

@@ -1,0 +1,113 @@
+"""`loadbalance`: each answer puts another of a name's addresses first.
+
+Syntax:
+
+    loadbalance [round_robin]
+
+CoreDNS shuffles the A, AAAA and MX records of every reply at random. We rotate the
+addresses of each run of A or AAAA records with the same owner, one step per reply, so
+over n replies each of n addresses comes first once: the spread clients see (they mostly
+take the first address) without a random draw per reply, and with the n orders computed
+once per cached answer, so a repeated question stays a lookup (memo.py). MX records are
+not reordered: their targets are names, and moving them would break the compression of
+the records after them. `weighted` (and its weight file) is not implemented.
+
+`rotations` works on a reply's bytes: pure, no sockets, no clock.
+"""
+
+from __future__ import annotations
+
+import struct
+
+from splitdns.corefile import Statement
+from splitdns.directives import _args
+from splitdns.errors import ConfigError
+
+USAGE = "loadbalance [round_robin]"
+MAX_ROTATIONS = 16  # a longer run still rotates its first 16 places; memory per hot answer stays bounded
+_RR = struct.Struct("!HHIH")
+T_A, T_AAAA = 1, 28
+
+
+def parse(st: Statement) -> bool:
+    _args.no_body(st, USAGE)
+    if st.args and st.args[0] == "weighted":
+        raise ConfigError(st.where, "loadbalance weighted is not implemented by splitdns; "
+                                    f"use {USAGE}")
+    _args.arity(st, 0, 1, USAGE)
+    if st.args and st.args[0] != "round_robin":
+        raise ConfigError(st.where, f"loadbalance: unknown policy {st.args[0]!r}; usage: {USAGE}")
+    return True
+
+
+def rotations(reply: bytes) -> tuple[bytes, ...]:
+    """The reply with its address runs rotated by 0, 1, ... places (the first is `reply`
+    itself): one element when there is nothing to rotate."""
+    runs = _runs(reply)
+    if not runs:
+        return (reply,)
+    turns = min(MAX_ROTATIONS, max(count for _, _, _, count in runs))
+    return tuple(_rotated(reply, runs, turn) for turn in range(turns))
+
+
+def rotated(reply: bytes, turn: int) -> bytes:
+    """The reply with each address run rotated by `turn` places."""
+    runs = _runs(reply)
+    return _rotated(reply, runs, turn) if runs else reply
+
+
+def _rotated(reply: bytes, runs: list[tuple[int, int, int, int]], turn: int) -> bytes:
+    if turn == 0:
+        return reply
+    buf = bytearray(reply)
+    for start, size, rdlen, count in runs:
+        values = [reply[start + i * size:start + i * size + rdlen] for i in range(count)]
+        shift = turn % count
+        for i, value in enumerate(values[shift:] + values[:shift]):
+            buf[start + i * size:start + i * size + rdlen] = value
+    return bytes(buf)
+
+
+def _runs(reply: bytes) -> list[tuple[int, int, int, int]]:
+    """Runs of two or more A (or AAAA) records in the answer section with identical owner
+    bytes, type and class: (first rdata offset, distance between records, rdata length, count)."""
+    try:
+        qdcount, ancount = struct.unpack_from("!HH", reply, 4)
+        pos = 12
+        for _ in range(qdcount):
+            pos = _skip_name(reply, pos) + 4
+        runs: list[tuple[int, int, int, int]] = []
+        current: list[int] = []  # [first rdata, record size, rdata length, count]
+        head = b""
+        for _ in range(ancount):
+            start = pos
+            pos = _skip_name(reply, pos)
+            rtype, _, _, rdlen = _RR.unpack_from(reply, pos)
+            this_head = reply[start:pos + 4]
+            rdata = pos + 10
+            pos = rdata + rdlen
+            if rtype not in (T_A, T_AAAA):
+                head = b""
+                continue
+            if current and this_head == head and pos - start == current[1] and \
+                    rdata == current[0] + current[3] * current[1]:
+                current[3] += 1
+                continue
+            if current and current[3] >= 2:
+                runs.append((current[0], current[1], current[2], current[3]))
+            current, head = [rdata, pos - start, rdlen, 1], this_head
+        if current and current[3] >= 2:
+            runs.append((current[0], current[1], current[2], current[3]))
+        return runs
+    except (IndexError, struct.error):
+        return []
+
+
+def _skip_name(data: bytes, pos: int) -> int:
+    while True:
+        length = data[pos]
+        if length == 0:
+            return pos + 1
+        if length >= 0xC0:
+            return pos + 2
+        pos += length + 1
