@@ -216,9 +216,9 @@ def test_forward_to_itself_refuses_to_start_and_explains(tmp_path: Path) -> None
 
 
 def test_bad_corefile_exits_2_naming_file_and_line(tmp_path: Path) -> None:
-    code, stderr = run_to_exit(tmp_path, ". {\n errors\n rewrite name a b\n}\n")
+    code, stderr = run_to_exit(tmp_path, ". {\n errors\n etcd example.org\n}\n")
     assert code == 2
-    assert "Corefile:3: 'rewrite' is a CoreDNS plugin that splitdns does not implement" in stderr
+    assert "Corefile:3: 'etcd' is a CoreDNS plugin that splitdns does not implement" in stderr
 
 
 def test_serve_stale_answers_from_an_expired_entry_when_the_upstream_dies(tmp_path: Path) -> None:

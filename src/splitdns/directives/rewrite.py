@@ -99,7 +99,7 @@ def parse(st: Statement) -> RewriteRule:
     pattern = None
     if kind == "regex":
         pattern = _regex(st, source)
-        if _groups_used(target) > pattern.groups + 1:
+        if _groups_used(target) > pattern.groups:  # CoreDNS counts {0} too
             raise ConfigError(st.where, f"rewrite name: {target!r} uses more groups than {source!r} has")
         target = _fqdn(target)
     else:
