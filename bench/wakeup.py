@@ -1,7 +1,7 @@
 """One wakeup of the UDP listener, timed in process: what a cache hit costs the server at a
 pod's pace (one query per wakeup) and under a queue (a batch per wakeup).
 
-    python -m bench.wakeup [--rounds N] [--queue B]
+    python -m bench.wakeup [--rounds N] [--queue B] [--directive TEXT]... [--addresses N] [--qtype T]
 
 No dnsperf and no scheduler between client and server: a client socket sends, the read
 callback is called directly, the replies are drained and checked, over real loopback
@@ -12,6 +12,9 @@ event loop's own cost per wakeup (epoll, the callback dispatch) is not in it.
 
 The names are answered first by an upstream in the same process (192.0.2.1 for every A
 query), then from the cache, then from the memo; only memo hits are timed. Loopback only.
+`--directive` adds a line to the server block (`loadbalance`, `template IN AAAA { rcode
+NOERROR }`, ...) to time the hits of a block that uses it; `--addresses` makes the upstream
+answer that many A records, `--qtype` asks another type (AAAA for such a template).
 """
 
 from __future__ import annotations
@@ -36,13 +39,16 @@ PACE = 1e-3  # seconds between wakeups at a pod's pace: 1000 queries a second
 
 
 class Upstream(asyncio.DatagramProtocol):
+    addresses = 1
+
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.DatagramTransport, transport)  # uvloop's is not a subclass
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         query = dns.message.from_wire(data)
         reply = dns.message.make_response(query)
-        reply.answer.append(dns.rrset.from_text(query.question[0].name, 3600, "IN", "A", "192.0.2.1"))
+        reply.answer.append(dns.rrset.from_text(query.question[0].name, 3600, "IN", "A",
+                                                *(f"192.0.2.{i + 1}" for i in range(self.addresses))))
         self.transport.sendto(reply.to_wire(), addr)
 
 
@@ -63,20 +69,22 @@ def _drain(client: socket.socket) -> int:
         got += 1
 
 
-async def measure(rounds: int, queue: int) -> dict[str, float]:
+async def measure(rounds: int, queue: int, directives: tuple[str, ...] = (),
+                  qtype: str = "A") -> dict[str, float]:
     """Median microseconds per hit: at a pod's pace, and with `queue` queries per wakeup."""
     loop = asyncio.get_running_loop()
     transport, _ = await loop.create_datagram_endpoint(Upstream, local_addr=("127.0.0.1", 0))
     up_port = transport.get_extra_info("sockname")[1]
     port = _free_port()
-    srv = Server(config.loads(f".:{port} {{\n bind 127.0.0.1\n cache 3600\n"
+    extra = "".join(f" {line}\n" for line in directives)
+    srv = Server(config.loads(f".:{port} {{\n bind 127.0.0.1\n cache 3600\n{extra}"
                               f" forward . 127.0.0.1:{up_port}\n}}\n"))
     await srv.start()
     client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         client.bind(("127.0.0.1", 0))
         client.setblocking(False)
-        queries = [dns.message.make_query(f"name{i}.example", "A").to_wire() for i in range(NAMES)]
+        queries = [dns.message.make_query(f"name{i}.example", qtype).to_wire() for i in range(NAMES)]
         for _ in range(3):  # a miss, a hit rendered from the cache, a memo hit
             for data in queries:
                 client.sendto(data, ("127.0.0.1", port))
@@ -123,7 +131,11 @@ def main(argv: list[str]) -> None:
     p = argparse.ArgumentParser(prog="python -m bench.wakeup", description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3000)
     p.add_argument("--queue", type=int, default=20, help="queries per wakeup under a queue (20)")
+    p.add_argument("--directive", action="append", default=[], help="a line to add to the block")
+    p.add_argument("--addresses", type=int, default=1, help="A records in each upstream answer (1)")
+    p.add_argument("--qtype", default="A", help="the type asked (A)")
     a = p.parse_args(argv)
+    Upstream.addresses = max(1, a.addresses)
     if a.rounds < 1 or not 1 <= a.queue <= BATCH:
         p.error(f"rounds must be >= 1 and queue within 1..{BATCH} (one read's worth)")
     try:
@@ -131,7 +143,7 @@ def main(argv: list[str]) -> None:
         run = uvloop.run
     except ImportError:
         run = asyncio.run
-    for label, micros in run(measure(a.rounds, a.queue)).items():
+    for label, micros in run(measure(a.rounds, a.queue, tuple(a.directive), a.qtype)).items():
         print(f"{label}: {micros:.2f} us per hit (median of {a.rounds} wakeups)")
 
 
