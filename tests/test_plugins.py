@@ -421,3 +421,47 @@ def test_a_blocks_local_steps_follow_config_order_not_the_file() -> None:
                    " rewrite name b.org a.org\n}\n")
     assert zone.local is not None
     assert zone.local.steps == ("rewrite", "template", "hosts")
+
+
+# -- the hit path: the memo hands out rotations and the block's own answers -------------------
+
+def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() -> None:
+    from splitdns.reply import reread
+
+    zone = zone_of(". {\n cache 3600\n loadbalance\n forward . 127.0.0.1:5399\n}\n")
+    router = resolve.Router([zone])
+    data = to_wire(query("lb.example.org"))
+    q = wire.parse_query(data)
+    upstream = reread(to_wire(reply(query("lb.example.org"),
+                                    *(f"lb.example.org. 60 IN A 10.0.0.{i}" for i in (1, 2, 3)))))
+    assert q is not None and upstream is not None and zone.cache is not None
+    entry = zone.cache.put(q.key, q.name, upstream, 100.0)
+    assert entry is not None
+    turns = loadbalance.rotations(entries.render(entry, 60, q))
+    router.memo.remember(data, zone, q.key, entry, 60, q.qtype, turns[0], 100.0, None, turns)
+
+    def first(now: float) -> tuple[str, int]:
+        found = router.memo.lookup(data, now)
+        assert found is not None
+        rrset = dns.message.from_wire(found[0]).answer[0]
+        return str(next(iter(rrset))), rrset.ttl
+
+    assert [first(100.2) for _ in range(4)] == [("10.0.0.2", 60), ("10.0.0.3", 60), ("10.0.0.1", 60),
+                                                ("10.0.0.2", 60)]
+    assert first(101.5) == ("10.0.0.3", 59)  # a second later: the next turn, TTL patched
+    assert router.memo.lookup(data, 161.0) is None  # expired: the cache decides again
+
+
+def test_the_memo_answers_the_blocks_own_answers_until_they_are_replaced() -> None:
+    zone = hosts_zone("fallthrough")
+    router = resolve.Router([zone])
+    data = to_wire(query("example.com"))
+    q = wire.parse_query(data)
+    assert q is not None and zone.local is not None
+    made = zone.local.decide(q)
+    assert isinstance(made, bytes)
+    router.memo.remember(data, zone, q.key, made, None, q.qtype, entries.render(made, None, q), 0.0,
+                         zone.local.answers)
+    assert router.memo.lookup(data, 10_000.0) is not None  # no TTL to count down: held is enough
+    zone.local.load_hosts("192.168.1.99 example.com\n", (3, 1))
+    assert router.memo.lookup(data, 10_000.0) is None

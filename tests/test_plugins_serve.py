@@ -51,10 +51,18 @@ def test_hosts_answers_from_its_file_and_inline_and_follows_the_file(tmp_path: P
         # No entry: fallthrough to the upstream.
         assert dig("other.example.org", server="127.0.0.1", port=r.port).rdata == ["192.0.2.80"]
         assert seen(up, "A") == ["other.example.org."] and seen(up, "AAAA") == []
-        # The file changes: within the reload interval the new address answers.
+        same = to_wire(query("app.corp.example"))  # the same bytes again: the memo answers
+
+        def address() -> str:
+            raw, _ = ask_udp(r.port, same)
+            assert raw is not None
+            return str(next(iter(dns.message.from_wire(raw).answer[0])))
+
+        assert [address() for _ in range(3)] == ["10.1.0.1"] * 3
+        # The file changes: within the reload interval the new address answers, memo or not.
         hosts.write_text("10.1.0.2 app.corp.example app\n# moved\n")
-        poll_until("the new hosts entry", 5.0, lambda: dig(
-            "app.corp.example", server="127.0.0.1", port=r.port).rdata == ["10.1.0.2"] or None)
+        poll_until("the new hosts entry", 5.0, lambda: address() == "10.1.0.2" or None)
+        assert dig("app.corp.example", server="127.0.0.1", port=r.port).rdata == ["10.1.0.2"]
 
 
 def test_template_stops_aaaa_lookups_while_a_goes_upstream(tmp_path: Path) -> None:

@@ -79,7 +79,7 @@ class Local:
         assert self.hosts_spec is not None
         self.hosts = hosts_directive.build(text, self.hosts_spec.inline, self.hosts_zones)
         self.hosts_file_seen = seen
-        self.answers = {}
+        self.answers.clear()  # in place: the memo checks its entries against this very dict
 
     def decide(self, q: wire.Query) -> Entry | Rewritten | None:
         known = self.answers.get(q.key)
@@ -178,7 +178,7 @@ class Local:
                 return self._keep(q, SERVFAIL, original, ())
             entry = entries.make(reply.stored, reply.offsets, entries.SUCCESS, 0.0, 0.0)
         if len(self.answers) >= MAX_ANSWERS:
-            self.answers = {}
+            self.answers.clear()  # in place: the memo checks its entries against this very dict
         self.answers[q.key] = entry
         return entry
 

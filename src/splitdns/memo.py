@@ -55,6 +55,8 @@ class Remembered:
         # `reply` (one of them); None when the reply is not balanced.
         self.turns = tuple(t[2:] for t in turns) if turns is not None and len(turns) > 1 else None
         self.turn = turns.index(reply) if self.turns is not None and turns is not None else 0
+        if self.turns is not None:
+            self.span = -math.inf  # every use takes `Memo._next_turn`
         self.tally: Tally = (zone, qtype, self.tail[1] & 0xF)
 
     def same_ttl_span(self, now: float) -> float:
@@ -89,9 +91,9 @@ class Memo:
         if now - seen.stored < seen.span and seen.held_in.get(seen.key) is seen.entry:
             # Still held and the same second of its life: the cache would render the same
             # bytes. (Its LRU position is refreshed by the full check, once a second.)
-            if seen.turns is not None:
-                seen.rotate()
             return seen
+        if seen.turns is not None:
+            return self._next_turn(after_id, seen, now)
         cache = seen.zone.cache
         if cache is None or cache.get(seen.key, now) is not seen.entry:
             del self.table[after_id]  # replaced, evicted or expired: render anew
@@ -105,11 +107,28 @@ class Memo:
                 del self.table[after_id]  # a truncated reply carries no records to patch
                 return None
             seen.tail = _with_ttl(seen.tail, seen.offsets, ttl)
-            if seen.turns is not None:
-                seen.turns = tuple(_with_ttl(t, seen.offsets, ttl) for t in seen.turns)
-                seen.rotate()
             seen.ttl = ttl
         seen.span = seen.same_ttl_span(now)
+        return seen
+
+    def _next_turn(self, after_id: bytes, seen: Remembered, now: float) -> Remembered | None:
+        """`loadbalance`: the next rotation of a remembered reply. Its `span` is never
+        reached, so the common path above pays nothing for this; the same checks as there
+        (held, fresh; once a second through the cache's `get`, with the TTL patched)."""
+        if seen.held_in.get(seen.key) is not seen.entry or now - seen.stored >= seen.duration:
+            del self.table[after_id]
+            return None
+        if seen.ttl is not None:
+            ttl = max(0, int(seen.duration - int(now - seen.stored)))  # entries.remaining
+            if ttl != seen.ttl:
+                cache = seen.zone.cache
+                if cache is None or cache.get(seen.key, now) is not seen.entry:
+                    del self.table[after_id]
+                    return None
+                assert seen.turns is not None
+                seen.turns = tuple(_with_ttl(t, seen.offsets, ttl) for t in seen.turns)
+                seen.ttl = ttl
+        seen.rotate()
         return seen
 
     def remember(self, data: bytes, zone: Zone, key: bytes, entry: Entry, ttl: int | None, qtype: int,
