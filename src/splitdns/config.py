@@ -221,7 +221,8 @@ def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], 
     if "://" in rest:
         scheme, rest = rest.split("://", 1)
         if scheme != "dns":
-            raise ConfigError(where, f"{scheme}:// servers are not supported; only dns://")
+            raise ConfigError(where, f"{scheme}:// servers are not supported; only dns:// (splitdns "
+                                     "answers the pod's own queries on loopback, over UDP and TCP)")
     port = default_port
     host = rest
     # An IPv6 network key (2001:db8::/32) has colons but no port unless one follows the prefix.

@@ -1,4 +1,4 @@
-"""Asking an upstream: one attempt over UDP or TCP, hardened as RFC 5452 asks.
+"""Asking an upstream: one attempt over UDP or TCP (TLS: dot.py), hardened as RFC 5452 asks.
 
 Every UDP attempt gets a new socket connected to the upstream, on a port the kernel picks,
 so the kernel drops datagrams from any other address or port and an ICMP
@@ -72,6 +72,10 @@ async def ask(sent: bytes, up: Upstream, tcp: bool, timeout: float,
               counters: Counters) -> replies.Reply:
     if timeout <= 0:
         raise UpstreamError("no time left before the deadline")
+    if up.tls is not None:
+        from splitdns import dot  # the TLS path: only for tls:// upstreams
+
+        return await dot.ask(sent, up, timeout, counters)
     if tcp:
         return await _ask_tcp(sent, up, timeout, counters)
     return await _ask_udp(sent, up, timeout, counters)
@@ -110,7 +114,7 @@ async def _ask_udp(sent: bytes, up: Upstream, timeout: float,
                 except (BlockingIOError, InterruptedError):
                     return
                 except OSError as err:
-                    result.set_exception(UpstreamError(_describe(err)))
+                    result.set_exception(UpstreamError(describe(err)))
                     return
                 if not wire.reply_matches(sent, data):
                     counters.mismatched += 1
@@ -138,7 +142,7 @@ async def _ask_udp(sent: bytes, up: Upstream, timeout: float,
         sock.close()
 
 
-def _describe(err: OSError) -> str:
+def describe(err: OSError) -> str:
     if isinstance(err, ConnectionRefusedError):
         return "connection refused (nothing listens there)"
     return err.strerror or str(err)
@@ -159,7 +163,7 @@ async def _ask_tcp(sent: bytes, up: Upstream, timeout: float,
     except asyncio.IncompleteReadError:
         raise UpstreamError("TCP connection closed before a full reply") from None
     except OSError as err:
-        raise UpstreamError(f"TCP: {_describe(err)}") from None
+        raise UpstreamError(f"TCP: {describe(err)}") from None
     finally:
         if writer is not None:
             writer.close()

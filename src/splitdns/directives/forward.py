@@ -1,6 +1,6 @@
 """`forward`: send the queries of a zone to upstream servers.
 
-Syntax (CoreDNS's, minus TLS, DoH and hostnames):
+Syntax (CoreDNS's, minus DoH, gRPC and hostnames):
 
     forward FROM TO... {
         except IGNORED_NAMES...
@@ -15,11 +15,16 @@ Syntax (CoreDNS's, minus TLS, DoH and hostnames):
         failover RCODE...
         failfast_all_unhealthy_upstreams [off]
         expire DURATION
+        tls_servername NAME
+        tls [CERT KEY] [CA]
     }
 
 TO is `IP`, `IP:PORT`, `[IPv6]:PORT`, `dns://` before any of them, the path of a
 resolv.conf file whose `nameserver` lines are read once, at load, or `openvpn`: the
-servers the VPN server pushes (the block needs an `openvpn` directive).
+servers the VPN server pushes (the block needs an `openvpn` directive). `tls://IP[:PORT]`
+is DNS over TLS (port 853 by default): the certificate is verified against the system's
+CAs or `tls`'s CA file, for `tls_servername` (else the IP address itself), with a client
+certificate when `tls` names one; connections are kept for `expire` and reused.
 
 Failing fast is the default here, unlike CoreDNS: once every upstream of a forward is marked
 down (more than `max_fails` failures in a row, queries and health probes alike), queries get
@@ -32,8 +37,9 @@ anyway); `max_fails 0` never marks an upstream down.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dns.rcode
 
@@ -41,14 +47,29 @@ from splitdns.corefile import Statement
 from splitdns.directives import _args
 from splitdns.errors import ConfigError, Location
 
+if TYPE_CHECKING:
+    import ssl
+
 USAGE = "forward FROM TO... [{ options }]"
 MAX_UPSTREAMS = 15
 POLICIES = ("random", "round_robin", "sequential")
 OPTIONS = (
     "except", "force_tcp", "prefer_udp", "policy", "max_fails", "health_check",
     "read_timeout", "max_concurrent", "max_connect_attempts", "failover",
-    "failfast_all_unhealthy_upstreams", "expire",
+    "failfast_all_unhealthy_upstreams", "expire", "tls_servername", "tls",
 )
+TLS_PORT = 853
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """How to reach a DNS-over-TLS upstream: whom its certificate must name, what to trust."""
+
+    servername: str | None = None     # tls_servername; None: the upstream's IP address
+    ca: str | None = None             # a CA file; None: the system's CAs
+    cert: str | None = None           # a client certificate and its key, if the server asks
+    key: str | None = None
+    expire: float = 10.0              # an idle connection is closed after this long
 
 
 @dataclass(frozen=True)
@@ -56,6 +77,7 @@ class Upstream:
     host: str
     port: int
     origin: str  # how the user wrote it, or the resolv.conf it came from
+    tls: TlsSettings | None = None  # DNS over TLS (tls://)
 
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
@@ -111,9 +133,54 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
         raise ConfigError(st.where, "forward: `openvpn` cannot be mixed with fixed upstreams")
     options: dict[str, object] = {"line": str(st.where), "where": st.where, "files": tuple(files),
                                   "tunnel": tunnel}
+    tls: dict[str, str] = {}
     for opt in st.body or ():
-        _option(opt, options)
+        if opt.name in ("tls_servername", "tls"):
+            _tls_option(opt, tls)
+        else:
+            _option(opt, options)
+    if any(up.tls for up in upstreams):
+        settings = TlsSettings(expire=options.get("expire", 10.0), **tls)  # type: ignore[arg-type]
+        if read_files:
+            _check_tls(st, settings)
+        upstreams = [replace(up, tls=settings) if up.tls else up for up in upstreams]
     return ForwardSpec(origin=origin, upstreams=tuple(upstreams), **options)  # type: ignore[arg-type]
+
+
+def _tls_option(opt: Statement, out: dict[str, str]) -> None:
+    if opt.name == "tls_servername":
+        _args.arity(opt, 1, 1, "tls_servername NAME")
+        out["servername"] = opt.args[0]
+        return
+    _args.arity(opt, 0, 3, "tls [CERT KEY] [CA]")
+    args = opt.args
+    if len(args) in (1, 3):
+        out["ca"] = args[-1]
+    if len(args) >= 2:
+        out["cert"], out["key"] = args[0], args[1]
+
+
+def _check_tls(st: Statement, settings: TlsSettings) -> None:
+    """Read the certificate files now, so a missing or broken one is an error at load."""
+    import ssl
+
+    try:
+        tls_context(settings)
+    except (OSError, ssl.SSLError) as err:
+        files = ", ".join(f for f in (settings.cert, settings.key, settings.ca) if f)
+        raise ConfigError(st.where, f"forward: cannot use the tls files ({files}): "
+                                    f"{getattr(err, 'strerror', None) or err}") from None
+
+
+def tls_context(settings: TlsSettings) -> ssl.SSLContext:
+    """Certificates verified, the name checked, TLS 1.2 or later (RFC 8310)."""
+    import ssl
+
+    context = ssl.create_default_context(cafile=settings.ca)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    if settings.cert:
+        context.load_cert_chain(settings.cert, settings.key)
+    return context
 
 
 def _option(opt: Statement, out: dict[str, object]) -> None:
@@ -194,11 +261,18 @@ def _is_file_target(text: str) -> bool:
 
 
 def _targets(st: Statement, text: str) -> list[Upstream]:
+    if text.startswith("tls://"):
+        address = _address(text[len("tls://"):], TLS_PORT)
+        if address is None:
+            raise ConfigError(st.where, f"forward: {text!r} is not tls://IP or tls://IP:PORT "
+                                        "(hostnames are not supported: give tls_servername for the name)")
+        return [Upstream(address[0], address[1], text, TlsSettings())]
     if text.startswith("dns://"):
         text = text[len("dns://"):]
     elif "://" in text:
         scheme = text.split("://", 1)[0]
-        raise ConfigError(st.where, f"forward: {scheme}:// upstreams are not supported; use plain DNS")
+        raise ConfigError(st.where, f"forward: {scheme}:// upstreams are not supported; "
+                                    "use plain DNS or tls://")
     address = _address(text)
     if address is not None:
         return [Upstream(address[0], address[1], text)]
@@ -211,8 +285,8 @@ def _targets(st: Statement, text: str) -> list[Upstream]:
     )
 
 
-def _address(text: str) -> tuple[str, int] | None:
-    host, port = text, 53
+def _address(text: str, default_port: int = 53) -> tuple[str, int] | None:
+    host, port = text, default_port
     if text.startswith("["):
         end = text.find("]")
         if end < 0:
