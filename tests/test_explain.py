@@ -113,3 +113,28 @@ def test_an_address_is_explained_by_its_reverse_name(tmp_path: Path) -> None:
     assert lines[0] == ("10.0.0.1 is an address: its name is the reverse name 1.0.0.10.in-addr.arpa. "
                         "(what PTR asks)")
     assert lines[1] == f"1.0.0.10.in-addr.arpa. -> block 10.in-addr.arpa.:53 ({path}:4)"
+
+
+def test_hosts_template_and_rewrite_are_explained_in_plugin_order(tmp_path: Path) -> None:
+    path = write(tmp_path, """. {
+    forward . 10.100.0.10
+    template IN AAAA {
+        rcode NOERROR
+    }
+    rewrite name suffix .short .svc.acme.internal answer auto
+    hosts {
+        10.0.0.1 app.corp.example
+        fallthrough
+    }
+}
+svc.acme.internal {
+    forward . 192.168.240.1
+}
+""")
+    steps = "  rewrite, template, hosts (in CoreDNS's plugin order)"
+    assert f"{steps}: an A query for it is answered by the block itself (NOERROR), not forwarded" in \
+        explain("app.corp.example", path)
+    lines = explain("db.short", path)
+    assert any(line.startswith(f"{steps}: rewrite asks for db.svc.acme.internal. instead") for line in lines)
+    assert "  upstreams: 10.100.0.10:53; policy random" in lines  # still this block's forward
+    assert f"{steps} pass an A query for it on" in explain("www.example.org", path)

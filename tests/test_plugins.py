@@ -257,6 +257,7 @@ def test_template_refuses_go_template_actions_it_does_not_implement_naming_the_l
     ("template IN A {\n rcode MAYBE\n}", "template: 'MAYBE' is not a response code"),
     ("template IN A {\n ederror 21\n}", "template: ederror is not implemented by splitdns"),
     ("template IN A {\n answer \"{{ .Name 60 IN A 1.2.3.4\"\n}", "template: unbalanced"),
+    ("template IN A {\n answer \"{{ .Name }} }} 60 IN A {{ .Type }}\"\n}", "template: unbalanced"),
 ])
 def test_template_refuses_what_it_cannot_read(body: str, error: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(error)):

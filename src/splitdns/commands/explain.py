@@ -13,13 +13,15 @@ from collections.abc import Callable
 
 import dns.exception
 import dns.name
+import dns.rcode
 import dns.reversename
 
-from splitdns import config
+from splitdns import config, entries, hostsfiles
 from splitdns.errors import ConfigError, Location
 from splitdns.kube import corefile_model, sources
+from splitdns.local import Rewritten
 from splitdns.resolve import Router, Zone
-from splitdns.wire import name_to_wire
+from splitdns.wire import RD, Query, name_to_wire, wire_to_text
 
 EXIT_OK, EXIT_CONFIG = 0, 2
 DEFAULT_CONF = "Corefile"
@@ -69,18 +71,25 @@ def explain(name: str, path: str, port: int = config.DEFAULT_PORT) -> list[str]:
             mark = "   <- owns it"
         where = f"block {b.name} ({loc(b.where)})" if b is not None else "no block"
         lines.append(f"    {candidate:<40} {where}{mark}")
-    if owner is None:
-        if "." not in by_zone:
-            lines.append("  there is no catch-all `.` block, so a name no zone owns is REFUSED; "
-                         "add `.:53 { forward . CLUSTER_DNS_IP }`")
-    else:
-        lines += _inside(zones[id(owner)][0], owner, wire, loc)
-    lines += _lookalikes(qname, [z for b in blocks for z in b.zones])
+    if owner is None and "." not in by_zone:
+        lines.append("  there is no catch-all `.` block, so a name no zone owns is REFUSED; "
+                     "add `.:53 { forward . CLUSTER_DNS_IP }`")
+    loaded: config.Config | None = None
+    refused = ""
     try:
-        config.loads(text, path, port, read_files=False)
+        loaded = config.loads(text, path, port, read_files=False)
     except ConfigError as err:
         where = f"{loc(err.where)}: " if err.where is not None else ""
-        lines.append(f"  note: `splitdns serve` would refuse this Corefile as it is: {where}{err.message}")
+        refused = f"  note: `splitdns serve` would refuse this Corefile as it is: {where}{err.message}"
+    if owner is not None:
+        block = zones[id(owner)][0]
+        # The block as `serve` builds it (rewrite, template, hosts), when serve would load the file.
+        full = next((Zone(b) for b in loaded.blocks if (b.zones, b.port) == (block.zones, block.port)),
+                    None) if loaded is not None else None
+        lines += _inside(block, owner, wire, loc, full)
+    lines += _lookalikes(qname, [z for b in blocks for z in b.zones])
+    if refused:
+        lines.append(refused)
     return lines
 
 
@@ -96,13 +105,16 @@ def _corefile(path: str) -> sources.CorefileSource:
 
 
 def _inside(block: corefile_model.Block, zone: Zone, wire: bytes,
-            loc: Callable[[Location | None], str]) -> list[str]:
+            loc: Callable[[Location | None], str], full: Zone | None = None) -> list[str]:
     if block.tunnel:
         st = block.directive("openvpn")
         assert st is not None
         return [f"  upstreams: the DNS servers the VPN server pushes, learned at run time "
                 f"(openvpn, {loc(st.where)})"]
-    fwd = zone.forward_for(wire)
+    out, asked = _local(full, wire) if full is not None else ([], wire)
+    if asked is None:
+        return out
+    fwd = zone.forward_for(asked)
     if fwd is None:
         if not block.forwards:
             return ["  the block has no `forward`: the answer is SERVFAIL (no next plugin)"]
@@ -110,13 +122,33 @@ def _inside(block: corefile_model.Block, zone: Zone, wire: bytes,
     spec = fwd.spec
     st = next(f.statement for f in block.forwards if f.spec is spec)
     ups = [str(u) for u in spec.upstreams] + [f"{f} (resolv.conf, read at start)" for f in spec.files]
-    out = [f"  forward {spec.origin} ({loc(st.where)}): the first `forward` of the block whose FROM "
+    out += [f"  forward {spec.origin} ({loc(st.where)}): the first `forward` of the block whose FROM "
            "covers the name",
            f"  upstreams: {', '.join(ups)}; policy {spec.policy}"]
     if len(block.forwards) > 1:
         out.append("  several `forward` lines in one block are tried in file order; the first that covers "
                    "the name wins")
     return out
+
+
+def _local(zone: Zone, wire: bytes) -> tuple[list[str], bytes | None]:
+    """What `rewrite`, `template` and `hosts` do with an A query for the name, in their order:
+    lines, and the name `forward` then sees (None: the block answers it itself)."""
+    local = zone.local
+    if local is None:
+        return [], wire
+    hostsfiles.refresh(zone)
+    made = local.decide(Query(0, RD, wire + b"\x00\x01\x00\x01", wire, 1, False, 512, False))
+    steps = ", ".join(local.steps)
+    if made is None:
+        return [f"  {steps} (in CoreDNS's plugin order) pass an A query for it on"], wire
+    if isinstance(made, Rewritten):
+        return [f"  {steps} (in CoreDNS's plugin order): rewrite asks for "
+                f"{wire_to_text(made.query.name)} instead, and the reply comes back under the "
+                "name asked"], made.query.name
+    rcode = dns.rcode.to_text(dns.rcode.Rcode.make(entries.reply(made)[3] & 0xF))
+    return [f"  {steps} (in CoreDNS's plugin order): an A query for it is answered by the block "
+            f"itself ({rcode}), not forwarded"], None
 
 
 def _lookalikes(qname: str, zones: list[str]) -> list[str]:

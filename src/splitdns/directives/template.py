@@ -161,8 +161,8 @@ def compile_record(opt: Statement, text: str) -> RecordTemplate:
             raise ConfigError(opt.where, f"template: the action {{{{ {expr} }}}} is not supported; "
                                          "splitdns implements {{ .Name }}, {{ .Zone }}, {{ .Class }}, "
                                          "{{ .Type }}, {{ index .Match N }} and {{ .Group.NAME }}")
-    if "{{" in text[pos:] or "}}" in text[pos:]:
-        raise ConfigError(opt.where, f"template: unbalanced {{{{ }}}} in {text!r}")
     if pos < len(text):
         parts.append(text[pos:])
+    if any(isinstance(p, str) and ("{{" in p or "}}" in p) for p in parts):
+        raise ConfigError(opt.where, f"template: unbalanced {{{{ }}}} in {text!r}")
     return RecordTemplate(text, tuple(parts), opt.where)
