@@ -31,7 +31,7 @@ MEMO_QUERY_BYTES = 512   # longer queries (EDNS options) are answered the ordina
 
 class Remembered:
     __slots__ = ("duration", "entry", "held_in", "key", "offsets", "span", "stored", "tail",
-                 "tally", "ttl", "turn", "turns", "zone")
+                 "tally", "ttl", "turn", "turn_span", "turns", "zone")
 
     def __init__(self, zone: Zone, key: bytes, entry: Entry, ttl: int | None, qtype: int,
                  reply: bytes, now: float, held_in: Mapping[bytes, Entry] | None = None,
@@ -55,6 +55,7 @@ class Remembered:
         # `reply` (one of them); None when the reply is not balanced.
         self.turns = tuple(t[2:] for t in turns) if turns is not None and len(turns) > 1 else None
         self.turn = turns.index(reply) if self.turns is not None and turns is not None else 0
+        self.turn_span = self.span  # `Memo._next_turn`'s span
         if self.turns is not None:
             self.span = -math.inf  # every use takes `Memo._next_turn`
         self.tally: Tally = (zone, qtype, self.tail[1] & 0xF)
@@ -65,9 +66,10 @@ class Remembered:
         return min(int(now - self.stored) + 1, self.duration)
 
     def rotate(self) -> None:
-        assert self.turns is not None
-        self.turn += 1
-        self.tail = self.turns[self.turn % len(self.turns)]
+        turns = self.turns
+        assert turns is not None
+        self.turn = turn = (self.turn + 1) % len(turns)
+        self.tail = turns[turn]
 
 
 class Memo:
@@ -115,6 +117,9 @@ class Memo:
         """`loadbalance`: the next rotation of a remembered reply. Its `span` is never
         reached, so the common path above pays nothing for this; the same checks as there
         (held, fresh; once a second through the cache's `get`, with the TTL patched)."""
+        if now - seen.stored < seen.turn_span and seen.held_in.get(seen.key) is seen.entry:
+            seen.rotate()  # the same second of its life, as on the common path
+            return seen
         if seen.held_in.get(seen.key) is not seen.entry or now - seen.stored >= seen.duration:
             del self.table[after_id]
             return None
@@ -128,6 +133,7 @@ class Memo:
                 assert seen.turns is not None
                 seen.turns = tuple(_with_ttl(t, seen.offsets, ttl) for t in seen.turns)
                 seen.ttl = ttl
+            seen.turn_span = seen.same_ttl_span(now)
         seen.rotate()
         return seen
 
