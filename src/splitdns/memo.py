@@ -94,7 +94,12 @@ class Memo:
             # Still held and the same second of its life: the cache would render the same
             # bytes. (Its LRU position is refreshed by the full check, once a second.)
             return seen
-        if seen.turns is not None:
+        turns = seen.turns
+        if turns is not None:  # loadbalance: the next rotation, checked as above
+            if now - seen.stored < seen.turn_span and seen.held_in.get(seen.key) is seen.entry:
+                seen.turn = turn = (seen.turn + 1) % len(turns)
+                seen.tail = turns[turn]
+                return seen
             return self._next_turn(after_id, seen, now)
         cache = seen.zone.cache
         if cache is None or cache.get(seen.key, now) is not seen.entry:
@@ -114,12 +119,10 @@ class Memo:
         return seen
 
     def _next_turn(self, after_id: bytes, seen: Remembered, now: float) -> Remembered | None:
-        """`loadbalance`: the next rotation of a remembered reply. Its `span` is never
-        reached, so the common path above pays nothing for this; the same checks as there
-        (held, fresh; once a second through the cache's `get`, with the TTL patched)."""
-        if now - seen.stored < seen.turn_span and seen.held_in.get(seen.key) is seen.entry:
-            seen.rotate()  # the same second of its life, as on the common path
-            return seen
+        """`loadbalance`, once a second: the next rotation of a remembered reply, after the
+        checks `find` makes then (fresh, still held, through the cache's `get`, the TTLs
+        patched). A balanced reply's `span` is never reached, so an unbalanced hit pays
+        nothing for rotations."""
         if seen.held_in.get(seen.key) is not seen.entry or now - seen.stored >= seen.duration:
             del self.table[after_id]
             return None
