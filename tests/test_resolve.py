@@ -285,6 +285,8 @@ def test_silent_upstreams_are_what_a_live_readiness_check_probes() -> None:
     ("forward . 192.0.2.99\n cache 60", False),                           # its upstreams
     ("forward . 192.0.2.1 {\n except a.example\n }\n cache 60", False),  # which names go upstream
     ("forward . 192.0.2.1\n cache 60\n private_addresses", False),       # what may be stored
+    ("forward . 192.0.2.1\n cache 60\n rewrite name a.example b.example", False),  # what is asked
+    ("forward . 192.0.2.1\n cache 60\n loadbalance\n hosts {\n  10.0.0.1 h.example\n }", True),  # not cached
 ])
 def test_a_reload_keeps_a_cache_only_when_its_content_would_be_the_same(after: str, kept: bool) -> None:
     def block(body: str) -> config.Block:

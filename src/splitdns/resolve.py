@@ -261,9 +261,10 @@ class Exchange:
 def cache_key(block: Block) -> tuple[object, ...]:
     """What a cache's content depends on: a reload keeps a block's cache only when this is
     the same. Answers from old upstreams, or that an old `private_addresses` let through,
-    must not outlive the swap."""
+    must not outlive the swap, nor answers to names an old `rewrite` asked for."""
     routes = tuple((f.origin, f.excepts, f.upstreams, f.files, f.tunnel) for f in block.forwards)
-    return block.zones, block.port, block.cache, routes, block.private_addresses, block.openvpn
+    return (block.zones, block.port, block.cache, routes, block.private_addresses, block.openvpn,
+            block.rewrite)
 
 
 class Zone:
