@@ -33,7 +33,7 @@ def ask(zone: resolve.Zone, name: str, rdtype: str = "A") -> dns.message.Message
         return f"upstream {name.lower().rstrip('.')}."
     if isinstance(made, local.Rewritten):
         return f"upstream {made.query.name and wire.wire_to_text(made.query.name)}"
-    return dns.message.from_wire(entries.render(made, None, q))
+    return dns.message.from_wire(local.render(made, q, zone.cache))
 
 
 def answers(msg: dns.message.Message | str) -> list[str]:
@@ -466,3 +466,22 @@ def test_the_memo_answers_the_blocks_own_answers_until_they_are_replaced() -> No
     assert router.memo.lookup(data, 10_000.0) is not None  # no TTL to count down: held is enough
     zone.local.load_hosts("192.168.1.99 example.com\n", (3, 1))
     assert router.memo.lookup(data, 10_000.0) is None
+
+
+def test_the_blocks_own_answers_are_authoritative_and_capped_by_its_cache() -> None:
+    zone = zone_of(". {\n cache 30\n hosts {\n  10.0.0.1 a.example.org\n }\n"
+                   " template IN TXT {\n  rcode NXDOMAIN\n"
+                   "  authority \"example.org. 600 IN SOA ns. h. 1 60 60 60 600\"\n }\n"
+                   " forward . 127.0.0.1:5399\n}\n")
+    assert zone.local is not None
+    zone.local.load_hosts("", None)
+    got = ask(zone, "a.example.org")
+    assert answers(got) == ["a.example.org. 30 A 10.0.0.1"]  # hosts' 3600, under `cache 30`
+    assert not isinstance(got, str) and got.flags & dns.flags.AA and got.flags & dns.flags.RA
+    denied = ask(zone, "x.example.org", "TXT")
+    assert rcode(denied) == "NXDOMAIN" and not isinstance(denied, str)
+    assert [rr.ttl for rr in denied.authority] == [30]  # the denial cap of `cache 30`
+    no_cache = zone_of(". {\n hosts {\n  10.0.0.1 a.example.org\n }\n}\n")
+    assert no_cache.local is not None
+    no_cache.local.load_hosts("", None)
+    assert answers(ask(no_cache, "a.example.org")) == ["a.example.org. 3600 A 10.0.0.1"]

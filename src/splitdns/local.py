@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import dns.name
     import dns.rdata
 
+    from splitdns.cache import Cache
     from splitdns.config import Block
     from splitdns.entries import Entry
 
@@ -176,11 +177,22 @@ class Local:
             reply = replies.reread(made.to_wire(want_shuffle=False))  # hosts order, as written
             if reply is None:  # dnspython wrote what our reader refuses: say so, do not guess
                 return self._keep(q, SERVFAIL, original, ())
-            entry = entries.make(reply.stored, reply.offsets, entries.SUCCESS, 0.0, 0.0)
+            negative = reply.rcode() == 3 or (reply.rcode() == 0 and not reply.answer)
+            entry = entries.make(reply.stored, reply.offsets,
+                                 entries.DENIAL if negative else entries.SUCCESS, 0.0, 0.0)
         if len(self.answers) >= MAX_ANSWERS:
             self.answers.clear()  # in place: the memo checks its entries against this very dict
         self.answers[q.key] = entry
         return entry
+
+
+def render(entry: Entry, q: wire.Query, cache: Cache | None) -> bytes:
+    """A reply the block made itself, for `q`: authoritative, as CoreDNS's hosts and template
+    answer (they hold the data; `wire.render` clears AA for what is relayed), and with its
+    TTLs under the cache's cap when the block caches, as CoreDNS's cache in front would."""
+    cap = cache.cap_of(entry) if cache is not None else None
+    out = wire.render(entries.reply(entry), entries.offsets(entry), None, q, cap)
+    return out[:2] + bytes((out[2] | wire.AA >> 8,)) + out[3:]
 
 
 def revert(reply: replies.Reply, rewritten: Rewritten) -> replies.Reply | None:

@@ -31,6 +31,7 @@ from splitdns import (
     datagrams,
     entries,
     hostsfiles,
+    local,
     logs,
     metrics,
     queries,
@@ -305,7 +306,7 @@ class Server:
             entry = held[q.key]
         else:
             return False
-        out = entries.render(entry, ttl, q)
+        out = entries.render(entry, ttl, q) if held is None else local.render(entry, q, zone.cache)
         turns = None
         if zone.turn is not None:  # loadbalance: every rotation once, then each in turn
             turns = loadbalance.rotations(out)
@@ -394,7 +395,7 @@ class Server:
         if zone.local is not None:  # rewrite, template, hosts (local.py)
             made = zone.local.decide(q)
             if isinstance(made, bytes):
-                return entries.render(made, None, q), zone
+                return local.render(made, q, zone.cache), zone
             rewritten = made
         fwd = zone.forward_for(q.name if rewritten is None else rewritten.query.name)
         if fwd is None:
