@@ -226,7 +226,7 @@ SERVE_REFUSES = {
     "bad network": ". {\n private_addresses 10.0.0.0/33\n forward . 192.0.2.1\n}\n",
     "pending 0": ". {\n limits {\n  pending 0\n }\n forward . 192.0.2.1\n}\n",
     "unknown policy": ". {\n forward . 192.0.2.1 {\n  policy fastest\n }\n}\n",
-    "tls upstream": ". {\n forward . tls://192.0.2.1\n}\n",
+    "grpc upstream": ". {\n forward . grpc://192.0.2.1\n}\n",
     "misspelt directive": ". {\n erors\n forward . 192.0.2.1\n}\n",
     "unclosed block": ". {\n forward . 192.0.2.1\n",
     "bind mix on a port": "a.org:5300 {\n forward . 192.0.2.1\n}\nb.org:5300 {\n bind 127.0.0.1\n"
