@@ -63,7 +63,7 @@ def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
     for block in model.blocks:
         for name, err in block.errors:
             if resolver == "coredns" and name == "forward":
-                continue  # CoreDNS accepts hostnames, tls:// and more that splitdns refuses
+                continue  # CoreDNS accepts hostnames, https:// and more that splitdns refuses
             add(src.line(err.where), "SD100", err.message)
     cluster = src.context == CLUSTER
     effective = "coredns" if cluster else resolver
