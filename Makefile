@@ -24,7 +24,7 @@ run: $(VENV)/.run-installed
 $(VENV)/.run-installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@echo "installing splitdns and what it needs to run into $(VENV) (the test tools come with make test)"
-	$(BIN)/pip install --progress-bar on -e '.[fast]'
+	$(BIN)/pip install --progress-bar on -e .
 	touch $@
 
 test: deps-debian deps-image venv lint typecheck pytest
@@ -35,7 +35,7 @@ $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy) into $(VENV)"
-	$(BIN)/pip install --progress-bar on -e '.[test,fast]'
+	$(BIN)/pip install --progress-bar on -e '.[test]'
 	touch $@ $(VENV)/.run-installed
 
 # Installs only what is missing, so a machine that has everything makes no network call.
@@ -104,7 +104,7 @@ bench: deps-bench $(VENV)/.bench-installed
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install --quiet -e '.[test,fast,bench]'
+	$(BIN)/pip install --quiet -e '.[test,bench]'
 	touch $@
 
 # Installs what is missing; a policy-rc.d keeps Debian from starting the servers it installs

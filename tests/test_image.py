@@ -14,6 +14,7 @@ build itself fetches Python packages through this machine's pip configuration, a
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import re
@@ -115,6 +116,17 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
 
 def in_image(built: Built, *argv: str, entrypoint: str = "python3") -> subprocess.CompletedProcess[str]:
     return built.engine.popen("exec", built.idle, entrypoint, *argv)
+
+
+def test_uvloop_comes_with_a_plain_install_on_linux_cpython() -> None:
+    """The loop `make bench` measures is the one `pip install splitdns` gives: uvloop is a default
+    dependency (not an extra) wherever it installs, and the image takes it with the others."""
+    requirements = importlib.metadata.requires("splitdns") or []
+    uvloop = [r for r in requirements if name_of(r) == "uvloop"]
+    assert uvloop and "extra ==" not in uvloop[0], requirements
+    marker = uvloop[0].replace('"', "'")
+    assert "sys_platform != 'win32'" in marker and "platform_python_implementation == 'CPython'" in marker
+    assert "uvloop" in {name_of(r) for r in image_requirements(PYPROJECT)}
 
 
 def test_image_is_labelled_and_runs_as_the_rendered_user(built: Built, tmp_path: Path) -> None:
