@@ -81,6 +81,23 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     return ticks / CLK_TCK
 
 
+def run_seconds(pids: Iterable[int]) -> float:
+    """Time on a CPU of these processes' threads, from /proc/PID/task/*/schedstat: nanosecond
+    accounting, so it holds at low rates where the 10 ms ticks of cpu_seconds are noise."""
+    total = 0
+    for pid in pids:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                total += int(Path(f"/proc/{pid}/task/{tid}/schedstat").read_text().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+    return total / 1e9
+
+
 def memory_mib(pids: Iterable[int]) -> tuple[float, float]:
     """(VmRSS, VmHWM) summed over the processes, in MiB. Shared pages count once per process."""
     rss = hwm = 0
@@ -147,6 +164,7 @@ class DnsperfResult:
     runtime: float = 0.0
     qps: float = 0.0
     latencies_ms: list[float] = field(default_factory=list)  # per query, only with -v
+    intervals: list[float] = field(default_factory=list)     # qps of each -S interval, in order
 
     @property
     def noerror_pct(self) -> float:
@@ -170,6 +188,7 @@ _QPS = re.compile(r"Queries per second:\s+([\d.]+)")
 _RCODES = re.compile(r"Response codes:\s+(.*)")
 _RCODE_ITEM = re.compile(r"([A-Z]+) (\d+) \(")
 _VERBOSE = re.compile(r"^> (\S+) \S+ \S+ ([\d.]+)$", re.MULTILINE)
+_INTERVAL = re.compile(r"^\d+\.\d+: ([\d.]+)$", re.MULTILINE)  # -S: "<unix time>: <qps>"
 
 
 class DnsperfError(RuntimeError):
@@ -193,20 +212,24 @@ def parse_dnsperf(text: str) -> DnsperfResult:
     if rcodes:
         out.rcodes = {code: int(n) for code, n in _RCODE_ITEM.findall(rcodes.group(1))}
     out.latencies_ms = [float(seconds) * 1000 for _, seconds in _VERBOSE.findall(text)]
+    out.intervals = [float(qps) for qps in _INTERVAL.findall(text)]
     return out
 
 
 def dnsperf_argv(addr: str, port: int, names: Path, seconds: float, *, once: bool = False,
-                 rate: int | None = None, verbose: bool = False) -> list[str]:
-    """The load shape used throughout: 4 sockets, 100 in flight, 2 s timeout."""
+                 rate: int | None = None, verbose: bool = False, outstanding: int = 100,
+                 interval: int | None = None) -> list[str]:
+    """The load shape used throughout: 4 sockets, 100 in flight (unless told), 2 s timeout."""
     argv = ["dnsperf", "-s", addr, "-p", str(port), "-d", str(names), "-l", f"{seconds:g}",
-            "-c", "4", "-q", "100", "-t", "2"]
+            "-c", "4", "-q", str(outstanding), "-t", "2"]
     if once:
         argv += ["-n", "1"]  # each name sent once: every query a miss
     if rate:
         argv += ["-Q", str(rate)]
     if verbose:
         argv.append("-v")
+    if interval:
+        argv += ["-S", str(interval)]  # the rate of each interval: a cliff shows in these
     return argv
 
 

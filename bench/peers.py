@@ -30,15 +30,27 @@ STOP_TIMEOUT = 5.0
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 SUCCESS_CAPACITY = 200_000  # room for the 100k fill plus the miss runs, in every cache
 
-# Fixed names the answer checks and the start-up probe ask; everything else hits the wildcard.
-ZONE_FILE = f"""$ORIGIN {ZONE}.
+# A second zone that only a reloaded configuration routes (bench/growth.py's reload curve).
+RELOAD_ZONE = "reload.test"
+# Under this name the wildcard does not reach: a.cluster makes it an empty non-terminal, so
+# anything below it is NXDOMAIN, as a pod's search-list expansions are (bench/mix.py).
+NXDOMAIN_SUFFIX = f"cluster.{ZONE}"
+
+
+def zone_file(origin: str) -> str:
+    """Fixed names the answer checks and the start-up probe ask; everything else hits the wildcard."""
+    return f"""$ORIGIN {origin}.
 $TTL 3600
-@    IN SOA ns.{ZONE}. hostmaster.{ZONE}. 1 3600 600 86400 3600
-@    IN NS  ns.{ZONE}.
+@    IN SOA ns.{origin}. hostmaster.{origin}. 1 3600 600 86400 3600
+@    IN NS  ns.{origin}.
 ns   IN A   {UPSTREAM_ADDR}
 www  IN A   192.0.2.2
+a.cluster IN A 192.0.2.3
 *    IN A   192.0.2.1
 """
+
+
+ZONE_FILE = zone_file(ZONE)
 
 
 class StartError(RuntimeError):
@@ -89,21 +101,26 @@ remote-control:
 zone:
   name: {ZONE}
   zonefile: {ZONE}.zone
+zone:
+  name: {RELOAD_ZONE}
+  zonefile: {RELOAD_ZONE}.zone
 """
     return Spec("nsd", addr, port, ("nsd", "-d", "-c", str(d / "nsd.conf")),
-                {"nsd.conf": conf, f"{ZONE}.zone": ZONE_FILE})
+                {"nsd.conf": conf, f"{ZONE}.zone": ZONE_FILE, f"{RELOAD_ZONE}.zone": zone_file(RELOAD_ZONE)})
 
 
-def splitdns(workdir: Path, addr: str, port: int, upstream: str, cache: int = SUCCESS_CAPACITY) -> Spec:
+def splitdns(workdir: Path, addr: str, port: int, upstream: str, cache: int = SUCCESS_CAPACITY,
+             zones: tuple[str, ...] = (".",), extra: str = "") -> Spec:
+    """One server block per zone (the curves ask for many), `extra` added to the first."""
     # The default success capacity (9984) would not hold the 100k names of the memory test.
-    corefile = f""".:{port} {{
+    corefile = "".join(f"""{zone}:{port} {{
     bind {addr}
     cache 3600 {{
         success {cache}
     }}
-    forward . {upstream}
+    forward . {upstream}{extra if i == 0 else ""}
 }}
-"""
+""" for i, zone in enumerate(zones))
     d = workdir / "splitdns"
     return Spec("splitdns", addr, port,
                 (sys.executable, "-m", "splitdns", "serve", "-conf", str(d / "Corefile"),
@@ -125,8 +142,15 @@ def coredns(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
                 {"Corefile": corefile}, note="GOMAXPROCS follows the CPU affinity: 1")
 
 
-def unbound(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
+def unbound(workdir: Path, addr: str, port: int, upstream: str, zones: tuple[str, ...] = (ZONE,),
+            refused: tuple[str, ...] = ()) -> Spec:
+    """Forward zones to the upstream; `refused` zones answered REFUSED (never asked of the root)."""
     host, up_port = upstream.split(":")
+    forwards = "".join(f"""forward-zone:
+  name: "{zone}"
+  forward-addr: {host}@{up_port}
+""" for zone in zones)
+    refusals = "".join(f'  local-zone: "{zone}." always_refuse\n' for zone in refused)
     d = workdir / "unbound-1t"
     conf = f"""server:
   num-threads: 1
@@ -140,7 +164,7 @@ def unbound(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
   module-config: "iterator"
   # RFC 6761 default zones would answer NXDOMAIN for *.test without forwarding.
   local-zone: "test." nodefault
-  qname-minimisation: no
+{refusals}  qname-minimisation: no
   # Room for 200k answers; Unbound allocates as it fills.
   msg-cache-size: 128m
   rrset-cache-size: 256m
@@ -153,10 +177,7 @@ def unbound(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
   verbosity: 0
 remote-control:
   control-enable: no
-forward-zone:
-  name: "{ZONE}"
-  forward-addr: {host}@{up_port}
-"""
+{forwards}"""
     return Spec("unbound-1t", addr, port, ("unbound", "-d", "-c", str(d / "unbound.conf")),
                 {"unbound.conf": conf})
 

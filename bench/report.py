@@ -8,25 +8,17 @@ same machine state) and then summarised the same way.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from bench import curves, mix
+from bench.cells import Metric, cell
+from bench.cells import number as _number
+from bench.cells import table as _table
 
 REFERENCE = "splitdns"
 TARGET_PEER = "unbound-1t"
 FLOOR = "python-floor"  # bench/floor.py: whether a target is reachable in CPython at all
-
-
-@dataclass(frozen=True)
-class Metric:
-    key: str
-    label: str
-    unit: str            # "qps", "q/CPU-s", "ms", "MiB", "%", "n"
-    higher_is_better: bool = True
-
-    @property
-    def title(self) -> str:
-        return self.label if self.unit in self.label else f"{self.label} ({self.unit})"
 
 
 THROUGHPUT = (
@@ -113,33 +105,6 @@ class Results:
 # --- formatting --------------------------------------------------------------------------------
 
 
-def _number(value: float, unit: str) -> str:
-    if unit in ("qps", "q/CPU-s", "n"):
-        return f"{value:.0f}"
-    if unit == "ms":  # three significant digits, but never fewer than 3 decimals below 1 ms
-        return f"{value:.3f}" if value < 1 else f"{value:.3g}" if value < 100 else f"{value:.0f}"
-    if unit == "ratio":
-        return f"{value:.2f}" if value >= 0.0995 else f"{value:.2g}"  # 0.0018, not 0.00
-    return f"{value:.1f}"
-
-
-def cell(values: Iterable[float], unit: str) -> str:
-    """"median [min–max]"; just the value when there is one; "–" when none."""
-    data = list(values)
-    if not data:
-        return "–"
-    mid = _number(statistics.median(data), unit)
-    if len(data) == 1:
-        return mid
-    return f"{mid} [{_number(min(data), unit)}–{_number(max(data), unit)}]"
-
-
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(row) + " |" for row in rows]
-    return "\n".join(lines)
-
-
 def figures_table(results: Results, metrics: tuple[Metric, ...]) -> str:
     header = ["server"] + [m.title for m in metrics]
     rows = [[s] + [cell(results.values(s, m.key), m.unit) for m in metrics] for s in results.servers]
@@ -199,7 +164,7 @@ def per_round_table(results: Results) -> str:
     header = ["server", "figure"] + [f"round {i + 1}" for i in range(results.rounds)]
     rows = []
     for s in results.servers:
-        for m in HEADLINE:
+        for m in HEADLINE + mix.FIGURES:
             row = results.figures.get(s, {}).get(m.key, [None] * results.rounds)
             if any(v is not None for v in row):
                 rows.append([s, m.title] +
@@ -207,22 +172,29 @@ def per_round_table(results: Results) -> str:
     return _table(header, rows)
 
 
+def measured(results: Results, metrics: tuple[Metric, ...]) -> bool:
+    """Whether any server has any of these figures (a run with --curves-only has none of the rest)."""
+    return any(results.values(s, m.key) for s in results.servers for m in metrics)
+
+
 def console(results: Results) -> str:
-    """What `make bench` prints: the figures, the ratios and the targets."""
-    parts = [
-        "Throughput, dnsperf at full speed — median [min–max] over rounds",
-        figures_table(results, THROUGHPUT),
-        f"Latency at a fixed rate ({results.env.get('rate', '?')} qps), ms",
-        figures_table(results, LATENCY),
-        "Memory and start-up",
-        figures_table(results, FOOTPRINT),
-        "Ratio to splitdns, per round (peer ÷ splitdns)",
-        ratio_table(results),
-        "Performance targets",
-        targets_table(results),
-        "Validity of the runs",
-        checks_table(results),
+    """What `make bench` prints: the figures, the ratios and the targets, then the curves."""
+    headline, mixed = measured(results, HEADLINE), measured(results, mix.FIGURES)
+    sections = [
+        (headline, "Throughput, dnsperf at full speed — median [min–max] over rounds",
+         lambda: figures_table(results, THROUGHPUT)),
+        (headline, f"Latency at a fixed rate ({results.env.get('rate', '?')} qps), ms",
+         lambda: figures_table(results, LATENCY)),
+        (headline, "Memory and start-up", lambda: figures_table(results, FOOTPRINT)),
+        (mixed, f"A realistic sidecar load: {mix.RATE:,} q/s of a pod's mix (90 % hits, 10 % misses, "
+         "4 % NXDOMAIN through the search list)", lambda: figures_table(results, mix.FIGURES)),
+        (headline, "Ratio to splitdns, per round (peer ÷ splitdns)", lambda: ratio_table(results)),
+        (headline, "Performance targets", lambda: targets_table(results)),
+        (headline or mixed, "Validity of the runs", lambda: checks_table(results)),
     ]
+    parts = [part for shown, title, make in sections if shown for part in (title, make())]
+    for title, tab, _ in curves.tables(results):
+        parts += [f"How cost grows: {title}", tab]
     failures = _failure_lines(results)
     if failures:
         parts += ["Failures", "\n".join(failures)]
@@ -257,6 +229,12 @@ def markdown(results: Results, chart_name: str | None = None) -> str:
          "RSS is VmRSS summed over the process tree: idle 1 s after the first answer, and 1 s "
          "after 100k distinct names were asked once. Start-up is exec to the first NOERROR answer "
          "to a query sent every 2 ms."),
+        (f"A realistic sidecar load: {mix.RATE:,} q/s of a pod's mix", figures_table(results, mix.FIGURES),
+         "90 % hits on 100 hot names (4 % of all queries are NXDOMAIN search-list expansions under "
+         "ndots:5, answered from the negative cache), 10 % new names (misses), at a fixed rate. CPU "
+         "is the server's time on a CPU (schedstat, ns) over dnsperf's run: the figure to size the "
+         "sidecar's CPU request by. dnsmasq keeps its default 150-entry cache, which the misses flush."),
+        *((f"How cost grows: {title}", tab, note) for title, tab, note in curves.tables(results)),
         ("Ratio to splitdns, per round (peer ÷ splitdns)", ratio_table(results),
          "Above 1: the peer's figure is larger — better for throughput, worse for latency, "
          "memory and start-up."),
@@ -268,8 +246,15 @@ def markdown(results: Results, chart_name: str | None = None) -> str:
          "CPU % is of one CPU over the run. 'other processes' is machine CPU that neither the "
          "server, NSD nor dnsperf used: other work on the VM, a reason to distrust that run."),
     ]
+    headline, mixed = measured(results, HEADLINE), measured(results, mix.FIGURES)
+    skip = set() if headline else {"Throughput", "Latency", "Memory", "Ratio", "Performance targets"}
+    if not mixed:
+        skip.add("A realistic")
+    if not (headline or mixed):
+        skip.add("Validity")
     for title, table, note in sections:
-        out += [f"## {title}", "", table, "", note, ""]
+        if not any(title.startswith(s) for s in skip):
+            out += [f"## {title}", "", table, "", note, ""]
     notes = [f"- {s}: {n}" for s, n in results.notes.items()] + _failure_lines(results)
     noisy = [s for s in results.servers if any(v > NOISY_CPU for v in results.values(s, "other_cpu"))]
     if noisy:
@@ -291,7 +276,8 @@ CHART_METRICS = (THROUGHPUT[1], THROUGHPUT[0], THROUGHPUT[3], THROUGHPUT[2],
 
 
 def chart(results: Results, path: Path) -> Path | None:
-    """Bars of the medians with min–max whiskers, one panel per headline figure."""
+    """Bars of the medians with min–max whiskers, one panel per headline figure; then one line
+    panel per curve figure, each server a line."""
     try:
         import matplotlib
     except ImportError:
@@ -299,9 +285,18 @@ def chart(results: Results, path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(2, 4, figsize=(16, 7.5))
+    bars = CHART_METRICS + tuple(m for m in mix.FIGURES[:2] if any(results.values(s, m.key)
+                                                                     for s in results.servers))
+    lines = curves.panels(results)
+    rows = -(-(len(bars) + len(lines)) // 4)
+    fig, grid = plt.subplots(rows, 4, figsize=(16, 3.75 * rows), squeeze=False)
+    axes = list(grid.flat)
+    for ax in axes[len(bars) + len(lines):]:
+        ax.set_visible(False)
+    for ax, (curve, figure) in zip(axes[len(bars):], lines, strict=False):
+        curves.draw(ax, results, curve, figure, REFERENCE)
     servers = results.servers
-    for ax, metric in zip(axes.flat, CHART_METRICS, strict=True):
+    for ax, metric in zip(axes, bars, strict=False):
         medians, low, high = [], [], []
         for s in servers:
             values = results.values(s, metric.key)

@@ -14,9 +14,7 @@ machine already runs can hold its ports. Read bench/README.md for what the figur
 from __future__ import annotations
 
 import argparse
-import hashlib
 import os
-import platform
 import shutil
 import signal
 import subprocess
@@ -25,11 +23,10 @@ import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
 
-from bench import measure, peers, report
+from bench import curves, environment, growth, measure, mix, peers, report
 
 REPO = Path(__file__).resolve().parent.parent
 NETNS_ENV = "SPLITDNS_BENCH_NETNS"
@@ -38,7 +35,7 @@ FILL_NAMES = 100_000
 MISS_NAMES_PER_SECOND = 200_000  # dnsdist forwarded 130k misses/s here: the file must outlast the run
 SETTLE = 1.0                     # let allocators and kernel buffers settle before reading RSS
 FILL_LIMIT = 120.0               # seconds; 100k misses take 2–40 s on this machine
-BUDGET = 30 * 60.0               # no new round starts after this many seconds
+BUDGET = 60 * 60.0               # no new round starts after this many seconds
 QUIET_WAIT = 15.0                # seconds to wait for other work on the machine to pause
 QUIET_BUSY = 15.0                # % of one CPU: below this the machine counts as quiet
 
@@ -53,6 +50,9 @@ class Options:
     out: Path
     keep: bool
     netns: bool
+    curves: tuple[curves.Curve, ...] = ()
+    quick: bool = False               # the curves' quick points
+    curves_only: bool = False         # skip each server's own sequence
 
 
 def parse_args(argv: Sequence[str]) -> Options:
@@ -68,7 +68,14 @@ def parse_args(argv: Sequence[str]) -> Options:
     p.add_argument("--out", type=Path, default=REPO / "bench", help="where results.md/.png go")
     p.add_argument("--keep", action="store_true", help="keep the work directory (configs, dnsperf logs)")
     p.add_argument("--no-netns", action="store_true", help="run on the host's loopback instead")
+    p.add_argument("--curves", default="all", metavar="NAMES",
+                   help=f"how cost grows: {','.join(curves.BY_NAME)}, all (default) or none")
+    p.add_argument("--curves-only", action="store_true", help="the curves without the servers' own runs")
     a = p.parse_args(argv)
+    try:
+        selected = curves.select(a.curves)
+    except ValueError as err:
+        p.error(str(err))
     if a.quick:
         a.rounds, a.seconds = 1, 3.0
     known = {name for name, _, _ in peers.PEERS}
@@ -76,7 +83,8 @@ def parse_args(argv: Sequence[str]) -> Options:
     unknown = set(servers) - known
     if unknown or a.rounds < 1 or a.seconds <= 0 or a.rate <= 0:
         p.error(f"unknown servers {sorted(unknown)}" if unknown else "rounds, seconds, rate must be > 0")
-    return Options(a.rounds, a.seconds, a.rate, a.port, servers, a.out, a.keep, not a.no_netns)
+    return Options(a.rounds, a.seconds, a.rate, a.port, servers, a.out, a.keep, not a.no_netns,
+                   selected, a.quick, a.curves_only)
 
 
 def enter_netns(opts: Options, argv: Sequence[str]) -> str:
@@ -112,6 +120,8 @@ class QueryFiles:
     fill: Path
     miss: Path
     miss_latency: Path
+    mix_warm: Path
+    mix: Path
 
     @staticmethod
     def write(d: Path, opts: Options) -> QueryFiles:
@@ -122,7 +132,8 @@ class QueryFiles:
         return QueryFiles(measure.write_names(d / "hit.txt", "h", HIT_NAMES),
                           measure.write_names(d / "fill.txt", "f", FILL_NAMES),
                           measure.write_names(d / "miss.txt", "m", misses),
-                          measure.write_names(d / "miss-latency.txt", "l", latency_misses))
+                          measure.write_names(d / "miss-latency.txt", "l", latency_misses),
+                          *mix.write(d, opts.seconds, peers.ZONE))
 
 
 @dataclass
@@ -175,7 +186,7 @@ class Bench:
     def run_round(self, round_no: int) -> None:
         assert self.upstream is not None
         upstream = f"{self.upstream.spec.addr}:{self.upstream.spec.port}"
-        for name, addr, factory in round_order(round_no):
+        for name, addr, factory in [] if self.opts.curves_only else round_order(round_no):
             if name not in self.opts.servers or self.results.notes.get(name, "").startswith("skipped"):
                 continue
             spec = factory(self.workdir, addr, self.opts.port, upstream)
@@ -197,6 +208,7 @@ class Bench:
                 log(f"  {name}: FAILED: {err}")
             else:
                 log(f"  {name}: done in {time.monotonic() - began:.0f} s")
+        growth.run_curves(self, round_no, self.opts.curves, self.opts.quick)
 
     def measure_server(self, round_no: int, spec: peers.Spec) -> None:
         proc = peers.start(spec, self.workdir, self.placement.server)
@@ -216,6 +228,9 @@ class Bench:
         rec("startup_ms", peers.wait_serving(proc, self.workdir) * 1000)
         time.sleep(SETTLE)
         rec("rss_idle", measure.memory_mib(proc.pids())[0])
+        if spec.name == report.REFERENCE:  # the loop it says it runs on, not the one we hope for
+            loop = environment.logged_event_loop(self.workdir / spec.name / "output.log")
+            self.results.env["splitdns event loop"] = loop or "not logged (a splitdns before the log line)"
         problems = measure.check_answers(spec.addr, spec.port,
                                          [f"www.{peers.ZONE}", f"check-{round_no}.{peers.ZONE}"])
         if problems:
@@ -228,6 +243,7 @@ class Bench:
         rec("hit_server_cpu", hit.share(hit.server_cpu))
         rec("hit_dnsperf_cpu", hit.share(hit.dnsperf_cpu))
         self._latency(proc, round_no, "hit", files.hit, validity, rec)
+        self._mix(proc, round_no, validity, rec)
 
         fill = self._load(proc, round_no, "fill", files.fill, validity, once=True, limit=FILL_LIMIT)
         rec("fill_qps", fill.result.qps)
@@ -254,6 +270,19 @@ class Bench:
         rec("steal", validity.steal)
         log(f"  {spec.name}: hit {hit.result.qps:.0f} qps, miss {miss.result.qps:.0f} qps, "
             f"RSS {rss:.1f} MiB after the fill")
+
+    def _mix(self, proc: peers.Process, round_no: int, validity: Validity, rec: Recorder) -> None:
+        """A pod's mix at a fixed 1,000 q/s (bench/mix.py): CPU % of a core, and RSS after it."""
+        self._load(proc, round_no, "mix-warm", self.files.mix_warm, validity, once=True, limit=10.0)
+        before = measure.run_seconds(proc.pids())
+        run = self._load(proc, round_no, "mix", self.files.mix, validity, once=True, rate=mix.RATE,
+                         limit=mix.seconds(self.opts.seconds))
+        rec("mix_cpu", mix.cpu_percent(measure.run_seconds(proc.pids()) - before, run.result.runtime))
+        rec("mix_rss", measure.memory_mib(proc.pids())[0])
+        rec("mix_qps", run.result.qps)
+        res = run.result
+        rec("mix_nxdomain", 100.0 * res.rcodes.get("NXDOMAIN", 0) / res.completed if res.completed else None)
+        rec("mix_lost", res.lost)
 
     def _latency(self, proc: peers.Process, round_no: int, kind: str, names: Path,
                  validity: Validity, rec: Recorder) -> float:
@@ -309,41 +338,10 @@ def log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def environment(opts: Options, network: str, placement: Placement) -> dict[str, str]:
-    def git(*args: str) -> str:
-        try:
-            return subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
-                                  timeout=10, check=False).stdout.strip()
-        except (OSError, subprocess.TimeoutExpired):
-            return ""
-
-    cpu_model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text()
-                      .splitlines() if line.startswith("model name")), "unknown")
-    # The tree under test may hold uncommitted work: a digest of its diff tells two such runs apart.
-    diff = git("diff", "HEAD", "--", "src")
-    dirty = f" + uncommitted src changes (diff sha256 {hashlib.sha256(diff.encode()).hexdigest()[:12]})" \
-        if diff else ""
-    env = {
-        "date": datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "machine": f"{os.cpu_count()} CPUs ({cpu_model}), kernel {platform.release()}",
-        "network": network,
-        "placement": (f"server on CPU {placement.server}; dnsperf and NSD on CPU {placement.load}"
-                      if placement.server is not None else "not pinned (fewer than 2 CPUs)"),
-        "runs": f"{opts.rounds} round(s), dnsperf -l {opts.seconds:g} -c 4 -q 100 -t 2; "
-                f"latency runs at -Q {opts.rate}",
-        "rate": str(opts.rate),
-        "splitdns": f"git {git('rev-parse', '--short', 'HEAD') or '?'}{dirty}, "
-                    f"Python {platform.python_version()}",
-    }
-    for binary in ("dnsperf", "nsd", "unbound", "dnsmasq", "dnsdist", "coredns"):
-        env[binary] = peers.version(binary)
-    return env
-
-
 def run(opts: Options, network: str) -> int:
     began = time.monotonic()
     placement = Placement.choose()
-    results = report.Results(opts.rounds, env=environment(opts, network, placement))
+    results = report.Results(opts.rounds, env=environment.describe(opts, network, placement))
     workdir = Path(tempfile.mkdtemp(prefix="splitdns-bench-"))
     bench = Bench(opts, workdir, QueryFiles.write(workdir / "queries", opts), placement, results)
     rounds_done = 0
@@ -372,7 +370,9 @@ def run(opts: Options, network: str) -> int:
     print(report.console(results))
     md, png = report.write(results, opts.out)
     log(f"wrote {md}" + (f" and {png}" if png else " (no chart: matplotlib is not installed)"))
-    return 0 if results.values(report.REFERENCE, "hit_qps") else 1
+    wanted = "curve." if opts.curves_only else "hit_qps"
+    return 0 if any(k.startswith(wanted) and results.values(report.REFERENCE, k)
+                    for k in results.figures.get(report.REFERENCE, {})) else 1
 
 
 def _terminate(signum: int, frame: FrameType | None) -> None:
