@@ -209,17 +209,17 @@ def _zones_and_reload(bench: Bench, round_no: int, server: str, points: tuple[in
                 _record(bench, server, round_no, curves.ZONES, "hit_qps", blocks, run.result.qps)
             if "reload" in names:
                 _record(bench, server, round_no, curves.RELOAD, "rss_start", blocks, rss)
-                took = reload(bench, proc, _spec(bench, server, blocks, reloaded=True))
+                took = reload(bench.workdir, proc, _spec(bench, server, blocks, reloaded=True))
                 _record(bench, server, round_no, curves.RELOAD, "reload_ms", blocks, took * 1000)
                 time.sleep(SETTLE)
                 _record(bench, server, round_no, curves.RELOAD, "rss_reload", blocks,
                         measure.memory_mib(proc.pids())[0])
 
 
-def reload(bench: Bench, proc: peers.Process, new: peers.Spec) -> float:
+def reload(workdir: Path, proc: peers.Process, new: peers.Spec) -> float:
     """Write the new configuration, signal the server, and time its first answer from it: a
     name in a zone only the new configuration routes (REFUSED before)."""
-    directory = bench.workdir / proc.spec.name
+    directory = workdir / proc.spec.name
     for name, text in new.files.items():
         (directory / name).write_text(text)
     probe = f"x.{peers.RELOAD_ZONE}"

@@ -50,14 +50,15 @@ def write(directory: Path, seconds: float, zone: str) -> tuple[Path, Path]:
     nx = nxdomain_names(zone)
     warm = directory / "mix-warm.txt"
     warm.write_text("".join(f"{name} A\n" for name in [*(hot_name(i, zone) for i in range(HOT)), *nx]))
-    lines = []
+    lines, hot = [], 0
     for i in range(int(RATE * max(seconds, MIN_SECONDS) * 1.1)):
         if i % MISS_EVERY == 0:
             lines.append(f"mix-{i}.{zone} A\n")
         elif i % NX_EVERY == 1:
             lines.append(f"{nx[(i // NX_EVERY) % len(nx)]} A\n")
-        else:
-            lines.append(f"{hot_name(i * 7 % HOT, zone)} A\n")
+        else:  # every hot name in turn, in a stride that is not the file's order
+            lines.append(f"{hot_name(hot * 7 % HOT, zone)} A\n")
+            hot += 1
     mix = directory / "mix.txt"
     mix.write_text("".join(lines))
     return warm, mix

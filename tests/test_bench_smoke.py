@@ -18,7 +18,7 @@ import dns.message
 import dns.query
 import dns.rcode
 import pytest
-from bench import floor, measure, peers, report
+from bench import environment, floor, growth, measure, mix, peers, report
 
 NSD_ADDR, SPLITDNS_ADDR, FLOOR_ADDR = "127.0.0.2", "127.0.0.10", "127.0.0.15"
 
@@ -113,6 +113,43 @@ def test_dnsperf_against_splitdns_is_parsed_and_reported(
     md, _ = report.write(results, tmp_path / "out")
     assert md.read_text() == report.markdown(results, "results.png" if (tmp_path / "out" / "results.png")
                                              .exists() else None)
+
+
+def test_splitdns_says_its_loop_reloads_a_bigger_corefile_and_counts_its_entries(
+        upstream: peers.Process, tmp_path: Path) -> None:
+    """The pieces of the curves and the sidecar mix against a real splitdns and NSD: the event
+    loop it logs, a reload timed to the first answer from the new configuration, the entries
+    its /metrics reports, and NXDOMAIN for a search-list expansion."""
+    target = f"{upstream.spec.addr}:{upstream.spec.port}"
+    port = _free_port(SPLITDNS_ADDR)
+    zones = growth.zone_names(20)
+    extra = f"\n    reload 1h\n    prometheus {SPLITDNS_ADDR}:{port + 1}"
+    spec = peers.splitdns(tmp_path, SPLITDNS_ADDR, port, target, cache=1024, zones=zones, extra=extra)
+    proc = peers.start(spec, tmp_path, None)
+    try:
+        peers.wait_serving(proc, tmp_path)
+        hits = growth.hit_names(tmp_path / "hits.txt", zones)
+        run = measure.run_dnsperf(measure.dnsperf_argv(spec.addr, spec.port, hits, 5, once=True),
+                                  None, proc.pids(), upstream.pids(), tmp_path / "hits.log")
+        assert run.result.completed == growth.HIT_NAMES and run.result.noerror_pct == 100.0
+        # and www.bench.test, which the start-up probe asked
+        assert growth.cache_entries(SPLITDNS_ADDR, port + 1) == growth.HIT_NAMES + 1
+
+        nx = dns.query.udp(dns.message.make_query(mix.nxdomain_names(peers.ZONE)[0], "A"), spec.addr,
+                           port=spec.port, timeout=2.0)
+        assert nx.rcode() == dns.rcode.NXDOMAIN
+
+        new = peers.splitdns(tmp_path, SPLITDNS_ADDR, port, target, cache=1024,
+                             zones=(*zones, peers.RELOAD_ZONE), extra=extra)
+        took = growth.reload(tmp_path, proc, new)
+        assert 0 < took < growth.RELOAD_TIMEOUT
+        assert measure.check_answers(spec.addr, spec.port, [f"y.{peers.RELOAD_ZONE}"]) == []
+        with pytest.raises(RuntimeError, match="answered before the reload"):
+            growth.reload(tmp_path, proc, new)  # nothing left to time: said, not timed as 0
+    finally:
+        proc.stop()
+    loop = environment.logged_event_loop(tmp_path / "splitdns" / "output.log")
+    assert loop is not None and loop.startswith("uvloop "), loop  # a default dependency here
 
 
 def _io_uring_refused() -> str:
