@@ -64,7 +64,7 @@ def loop_name(loop: asyncio.AbstractEventLoop) -> str:
     """"uvloop 0.21.0" or "asyncio _UnixSelectorEventLoop": the loop that runs, not the one hoped for."""
     module = type(loop).__module__.split(".")[0]
     if module == "uvloop":
-        import uvloop
+        from importlib.metadata import version
 
-        return f"uvloop {uvloop.__version__}"
+        return f"uvloop {version('uvloop')}"
     return f"{module} {type(loop).__name__}"
