@@ -30,6 +30,7 @@ class Curve:
     full: tuple[int, ...]          # the points of a full run
     quick: tuple[int, ...]         # the points of --quick: cheap, a check that it works
     note: str = ""                 # what the curve shows, under its table in results.md
+    x_short: str = ""              # the x axis in a chart panel's title
 
     def points(self, quick: bool) -> tuple[int, ...]:
         return self.quick if quick else self.full
@@ -46,7 +47,8 @@ NAMES = Curve(
     "splitdns: `success` capacity of the largest point, `limits { cache_memory }` at its default "
     "(64 MB of reply bytes), so the entries it holds stop growing where that limit starts evicting; "
     "Unbound: msg/rrset caches of 128/256 MB. A cliff in eviction would show as a fill rate that "
-    "collapses in the last second (dnsmasq's falls to about 76 q/s once its cache is full).")
+    "collapses in the last second (dnsmasq's falls to about 76 q/s once its cache is full).",
+    "names cached")
 ZONES = Curve(
     "zones", "Cache hits against the number of zones", "server blocks (splitdns) / forward zones (Unbound)",
     (Metric("hit_qcpu", "hit q/CPU-s", "q/CPU-s"),
@@ -54,7 +56,7 @@ ZONES = Curve(
     (2, 20, 200), (2, 200),
     "A fresh server per point with that many blocks (forward zones for Unbound), all to the same "
     "upstream; 200 hit names spread over every zone, at full speed. Flat means routing does not "
-    "grow with the number of zones.")
+    "grow with the number of zones.", "zones")
 OUTSTANDING = Curve(
     "outstanding", "Cache-miss latency against queries outstanding", "queries outstanding (dnsperf -q)",
     (Metric("p50", "miss p50", "ms", False),
@@ -64,16 +66,17 @@ OUTSTANDING = Curve(
     (10, 100, 1000), (10, 1000),
     "New names at full speed with dnsperf keeping this many queries in flight. Once the server is "
     "saturated, latency is queue length over throughput (Little's law) and grows with the queue; "
-    "splitdns's pending cap (1000 per zone) answers REFUSED beyond it, which NOERROR % shows.")
+    "splitdns's pending cap (1000 per zone) answers REFUSED beyond it, which NOERROR % shows.",
+    "queries outstanding")
 RELOAD = Curve(
     "reload", "Reload against Corefile size", "server blocks (splitdns) / forward zones (Unbound)",
-    (Metric("reload_ms", "reload: signal to first answer from the new config", "ms", False),
+    (Metric("reload_ms", "reload: signal to first answer of the new config", "ms", False),
      Metric("rss_start", "RSS after start", "MiB", False),
      Metric("rss_reload", "RSS after the reload", "MiB", False)),
     (2, 20, 200), (2, 200),
     "The same servers as the zones curve, then a configuration with one zone more, a signal "
     "(SIGUSR1 for splitdns with its `reload` directive, SIGHUP for Unbound), and the time until a "
-    "name only the new configuration routes is answered.")
+    "name only the new configuration routes is answered.", "blocks in the config")
 CURVES = (NAMES, ZONES, OUTSTANDING, RELOAD)
 BY_NAME = {c.name: c for c in CURVES}
 
@@ -156,7 +159,7 @@ def draw(ax: Any, results: Results, c: Curve, figure: Metric, reference: str) ->
     ax.set_xticks(xs, [f"{x:,}" for x in xs])
     ax.minorticks_off()
     arrow = "higher is better" if figure.higher_is_better else "lower is better"
-    ax.set_title(f"{figure.title} against\n{c.x_label} ({arrow})", fontsize=9)
+    ax.set_title(f"{figure.title}\nagainst {c.x_short or c.x_label} ({arrow})", fontsize=9)
     ax.legend(fontsize=7)
     ax.grid(alpha=0.3)
 

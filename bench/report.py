@@ -316,7 +316,7 @@ def chart(results: Results, path: Path) -> Path | None:
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(f"splitdns vs peers — median of {results.env.get('rounds_done', results.rounds)} "
                  "round(s), whiskers min–max", fontsize=12)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / rows))  # room for the title above the first row
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
