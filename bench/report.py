@@ -285,9 +285,10 @@ def chart(results: Results, path: Path) -> Path | None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bars = CHART_METRICS + tuple(m for m in mix.FIGURES[:2] if any(results.values(s, m.key)
-                                                                     for s in results.servers))
+    bars = tuple(m for m in CHART_METRICS + mix.FIGURES[:2] if measured(results, (m,)))
     lines = curves.panels(results)
+    if not (bars or lines):
+        return None  # nothing measured: no chart
     rows = -(-(len(bars) + len(lines)) // 4)
     fig, grid = plt.subplots(rows, 4, figsize=(16, 3.75 * rows), squeeze=False)
     axes = list(grid.flat)
@@ -316,7 +317,7 @@ def chart(results: Results, path: Path) -> Path | None:
         ax.grid(axis="y", alpha=0.3)
     fig.suptitle(f"splitdns vs peers — median of {results.env.get('rounds_done', results.rounds)} "
                  "round(s), whiskers min–max", fontsize=12)
-    fig.tight_layout(rect=(0, 0, 1, 1 - 0.35 / rows))  # room for the title above the first row
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.4 / (3.75 * rows)))  # 0.4 inch for the title on top
     fig.savefig(path, dpi=100)
     plt.close(fig)
     return path
