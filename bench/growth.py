@@ -110,7 +110,8 @@ def _names(bench: Bench, round_no: int, server: str, points: tuple[int, ...], _:
     if server == "splitdns":
         # Room for every name by count: what bounds the cache is `limits { cache_memory }`, at its default.
         metrics_port = port + 1
-        spec = peers.splitdns(bench.workdir, addr, port, _upstream(bench), cache=top,
+        # (capacities are rounded down to a multiple of 256: one more block keeps count from binding)
+        spec = peers.splitdns(bench.workdir, addr, port, _upstream(bench), cache=top + 256,
                               extra=f"\n    prometheus {addr}:{metrics_port}")
     else:
         spec, metrics_port = peers.unbound(bench.workdir, addr, port, _upstream(bench)), 0
