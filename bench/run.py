@@ -306,7 +306,7 @@ class Bench:
             raise CheckFailed(f"{spec.name} exited during the {kind} run")
         if run.result.completed == 0:
             raise CheckFailed(f"no query answered in the {kind} run")
-        validity.add(run, full_speed=rate is None and kind != "warm")
+        validity.add(run, full_speed=rate is None and not kind.endswith("warm"))
         return run
 
 
