@@ -84,7 +84,7 @@ def dns_container(plan: Plan, opts: Options) -> Doc:
     container["livenessProbe"] = _probe("/health", "health", 10, 3)
     # CPU: sized by the "A realistic sidecar load" line of bench/results.md (bench/mix.py): a pod's
     # mix at 1,000 q/s (90 % hits, 10 % misses, 4 % NXDOMAIN through the search list) took splitdns
-    # 8.9 % of one core (1 Dec, a --quick run on a busy 2-core VM: an upper figure).
+    # 8.9 and 12.2 % of one core (1 Dec, two --quick runs on a busy 2-core VM: upper figures).
     # No CPU limit: a CFS quota throttles in bursts, which clients see as DNS timeouts. Memory: 29 MiB
     # RSS after that load; the limit leaves room for a cache of 100k names (58 MiB in the same run).
     container["resources"] = {"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
