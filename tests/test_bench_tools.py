@@ -81,7 +81,7 @@ def test_a_curves_only_run_prints_the_curves_and_none_of_the_empty_headline_tabl
     assert "How cost grows: Memory against names cached" in text
     assert "How cost grows: Cache hits against the number of zones" in text
     assert "Cache-miss latency against queries outstanding" not in text  # nothing measured
-    assert "Throughput" not in text and "The issue's targets" not in text
+    assert "Throughput" not in text and "Performance targets" not in text
     md = report.markdown(_results_with_curves())
     assert "## How cost grows: Memory against names cached" in md and curves.NAMES.note in md
 
