@@ -86,7 +86,8 @@ def dns_container(plan: Plan, opts: Options) -> Doc:
     # mix at 1,000 q/s (90 % hits, 10 % misses, 4 % NXDOMAIN through the search list) took splitdns
     # 8.9 and 12.2 % of one core (1 Dec, two --quick runs on a busy 2-core VM: upper figures).
     # No CPU limit: a CFS quota throttles in bursts, which clients see as DNS timeouts. Memory: 29 MiB
-    # RSS after that load; the limit leaves room for a cache of 100k names (58 MiB in the same run).
+    # RSS after that load; the limit leaves room for a full cache (`limits { cache_memory }`, 64 MB
+    # by default, counted at what an entry costs the process) and the queries in flight.
     container["resources"] = {"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
     container["securityContext"] = {
         "runAsNonRoot": True,
