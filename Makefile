@@ -34,8 +34,8 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy) into $(VENV)"
-	$(BIN)/pip install --progress-bar on -e '.[test]'
+	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy, the webhook's aiohttp and jsonpatch) into $(VENV)"
+	$(BIN)/pip install --progress-bar on -e '.[test,webhook]'
 	touch $@ $(VENV)/.run-installed
 
 # Installs only what is missing, so a machine that has everything makes no network call.
@@ -104,7 +104,7 @@ bench: deps-bench $(VENV)/.bench-installed
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install --quiet -e '.[test,bench]'
+	$(BIN)/pip install --quiet -e '.[test,webhook,bench]'
 	touch $@
 
 # Installs what is missing; a policy-rc.d keeps Debian from starting the servers it installs

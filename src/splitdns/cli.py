@@ -89,6 +89,9 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
                    help="The Corefile to load (default: ./Corefile).")
     p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=53,
                    help="The port of server blocks whose keys name none (default: 53).")
+    p.add_argument("--corefile-env", metavar="NAME",
+                   help="Read the Corefile's text from the environment variable NAME instead of a file "
+                        "(what `splitdns inject` and the webhook give the resolver; no reload).")
     p.set_defaults(run=_serve)
 
     p = commands.add_parser(
@@ -106,6 +109,7 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     _add_explain(commands)
     _add_openvpn_hook(commands)
     _add_verify(commands)
+    _add_inject(commands)
     return parser
 
 
@@ -264,11 +268,54 @@ def _add_verify(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.set_defaults(run=_verify)
 
 
+def _add_plan(p: argparse.ArgumentParser) -> None:
+    """The settings an injection carries: zones, cluster DNS, search list, image, sidecar kind."""
+    p.add_argument("--zone", action="append", default=[], dest="zones", metavar="ZONE=UPSTREAM[,UPSTREAM]",
+                   help="A zone and its upstream addresses, or ZONE=openvpn for the DNS the VPN "
+                        "pushes, learned at run time. Repeat for each zone.")
+    p.add_argument("--corefile", metavar="FILE", help="Take zones and upstreams from an existing Corefile.")
+    p.add_argument("--cluster-dns", metavar="IP",
+                   help="The cluster DNS address (kubectl -n kube-system get svc kube-dns).")
+    p.add_argument("--probe", action="append", default=[], dest="probes", metavar="ZONE=NAME",
+                   help="The name the readiness of ZONE asks (default: the zone's apex).")
+    p.add_argument("--cluster-domain", default="cluster.local", help="The cluster domain.")
+    p.add_argument("--ndots", type=int, default=5,
+                   help="ndots for pods that set none (default 5); a pod's splitdns.dev/ndots "
+                        "annotation wins.")
+    p.add_argument("--sidecar", choices=("native", "classic"), default="native",
+                   help="native (default; first init container with restartPolicy Always, Kubernetes "
+                        ">= 1.29) or classic (first regular container, for older clusters).")
+    p.add_argument("--image", default="ghcr.io/splitdns/splitdns:0.1.0", help="The splitdns image.")
+    p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
+                   help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
+
+
+def _add_inject(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "inject", help="Inject the resolver into the pod templates of Kubernetes YAML.",
+        description="Read Kubernetes YAML (files, or stdin when none or `-`; several documents; Pod, "
+                    "Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob, and List) and write "
+                    "it to stdout with the resolver injected into every pod template, as the admission "
+                    "webhook would. Other documents, and workloads left alone, are written back byte "
+                    "for byte; an injected document is rewritten, so its comments are lost. Injecting "
+                    "twice gives the same as once.",
+        epilog="exit codes:\n  0  every pod template injected (or already)\n"
+               "  1  some were left alone (the reasons on stderr)\n"
+               "  2  bad input or settings (the message says what)")
+    p.add_argument("files", nargs="*", metavar="FILE")
+    p.add_argument("--namespace", "-n", default="default",
+                   help="The namespace of objects that name none, for their search list (default default).")
+    _add_plan(p)
+    p.set_defaults(run=_inject)
+
+
 # Each command imports its module when it runs: `splitdns serve` must not pay, in start-up time
 # and memory, for what render, check or verify import (YAML, schemas, an HTTP client).
 def _serve(a: argparse.Namespace) -> int:
     from splitdns.commands import serve
 
+    if a.corefile_env is not None:
+        return serve.run_from_env(a.corefile_env, a.port)
     return serve.run(a.conf, a.port)
 
 
@@ -310,6 +357,13 @@ def _verify(a: argparse.Namespace) -> int:
         names=a.names, tcp=a.tcp, port=a.port, conf=a.conf, resolv_conf=a.resolv_conf, out=a.out,
         emit=a.emit, kubectl=a.kubectl or a.target, namespace=a.namespace, container=a.container,
         replace=a.replace, timeout=a.timeout))
+
+
+def _inject(a: argparse.Namespace) -> int:
+    from splitdns.commands import inject, render
+
+    fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
+    return inject.run(render.Request(**fields), a.files)
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "splitdns") -> int:

@@ -6,8 +6,12 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from splitdns.kube import manifests
+
+if TYPE_CHECKING:
+    from splitdns.kube.plan import Plan
 
 EXIT_OK, EXIT_CLUSTER, EXIT_INPUT = 0, 1, 2
 
@@ -38,9 +42,19 @@ class Request:
 
 def files(req: Request) -> dict[str, str]:
     """The rendered files (name -> text); raises PlanError on missing or wrong inputs."""
-    from splitdns.errors import ConfigError
-    from splitdns.kube import corefile_model, render, sources
+    from splitdns.kube import render
     from splitdns.kube.manifests import Options
+
+    plan = build_plan(req)
+    opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, app_image=req.app_image,
+                   vpn_image=req.vpn_image, sidecar=req.sidecar)
+    return render.render(plan, opts, req.form)
+
+
+def build_plan(req: Request) -> Plan:
+    """The plan the flags describe (also what `splitdns inject` and `splitdns webhook` inject)."""
+    from splitdns.errors import ConfigError
+    from splitdns.kube import corefile_model, sources
     from splitdns.kube.plan import ClusterDNS, PlanError, build, routes_from_corefile, upstream
 
     cluster: ClusterDNS | None = None
@@ -66,12 +80,9 @@ def files(req: Request) -> dict[str, str]:
         lines_above = "\n" * (src.offset if src.anchor is None else 0)
         routes = routes_from_corefile(corefile_model.read(lines_above + src.text, req.corefile))
     form = req.form
-    plan = build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
+    return build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
                  else req.resolver, namespace=req.namespace, cluster_domain=req.cluster_domain,
                  ndots=req.ndots, management=req.management, cluster_wide=form == "cluster-wide")
-    opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, app_image=req.app_image,
-                   vpn_image=req.vpn_image, sidecar=req.sidecar)
-    return render.render(plan, opts, form)
 
 
 def run(req: Request) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import os
 from collections.abc import Coroutine
 from pathlib import Path
 
@@ -28,6 +29,20 @@ def run(path: str, port: int) -> int:
             logs.error(str(err))
         return EXIT_CONFIG
     return run_loop(serve(loaded, path, port))
+
+
+def run_from_env(name: str, port: int) -> int:
+    """The Corefile from an environment variable: the injected pods carry it in their spec."""
+    text = os.environ.get(name)
+    if text is None:
+        logs.error(f"--corefile-env {name}: the environment variable {name} is not set")
+        return EXIT_CONFIG
+    try:
+        loaded = config.loads(text, file=f"${name}", default_port=port)
+    except ConfigError as err:
+        logs.error(str(err))
+        return EXIT_CONFIG
+    return run_loop(serve(loaded, None, port))
 
 
 def run_loop(main: Coroutine[object, object, int]) -> int:

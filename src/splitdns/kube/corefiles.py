@@ -27,15 +27,16 @@ def _comment(lines: list[str]) -> str:
     return "".join(f"# {line}".rstrip() + "\n" for line in lines)
 
 
-def in_pod(plan: Plan) -> str:
-    """The Corefile mounted into the DNS container of the pod."""
-    head = [f"Rendered by `splitdns render` (splitdns {__version__}) for the in-pod {plan.resolver}; "
+def in_pod(plan: Plan, health: str = "", ready: str = "", by: str = "splitdns render") -> str:
+    """The Corefile mounted into the DNS container of the pod. `health` and `ready` are the
+    endpoints' addresses (default: the directives' own, :8080 and :8181)."""
+    head = [f"Rendered by `{by}` (splitdns {__version__}) for the in-pod {plan.resolver}; "
             "it listens on 127.0.0.1:53 only.", *ownership(plan, plan.owner)]
-    blocks = [_block(plan, r) for r in plan.routes]
+    blocks = [_block(plan, r, health, ready) for r in plan.routes]
     return _comment(head) + "\n".join(blocks)
 
 
-def _block(plan: Plan, r: Route) -> str:
+def _block(plan: Plan, r: Route, health: str = "", ready: str = "") -> str:
     body: list[str] = []
     coredns = plan.resolver == "coredns"
     if coredns:
@@ -46,12 +47,13 @@ def _block(plan: Plan, r: Route) -> str:
     else:
         body.append("forward . " + " ".join(r.upstreams))
     # Per-zone readiness is ours; CoreDNS's `ready` is process-wide and ignores `forward`.
-    ready = ["ready {", f"{INDENT}probe {r.probe}", "}"] if r.probe and not coredns else []
+    ready_key = f"ready {ready}".rstrip()
+    ready_lines = [f"{ready_key} {{", f"{INDENT}probe {r.probe}", "}"] if r.probe and not coredns else []
     if r.zone == ".":
         # Process-wide endpoints and checks live in the catch-all block, once.
-        body += ["health", *(ready or ["ready"]), "reload", "loop"]
+        body += [f"health {health}".rstrip(), *(ready_lines or [ready_key]), "reload", "loop"]
     else:
-        body += ready
+        body += ready_lines
     return _text(r.zone, body)
 
 

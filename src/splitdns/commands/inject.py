@@ -1,0 +1,71 @@
+"""`splitdns inject`: the resolver injected into the pod templates of Kubernetes YAML, offline, the
+same injection the admission webhook makes (as `istioctl kube-inject` or `linkerd inject --manual`)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from splitdns.commands import render
+
+if TYPE_CHECKING:
+    from splitdns.kube.inject import Settings
+
+EXIT_OK, EXIT_LEFT_ALONE, EXIT_INPUT = 0, 1, 2
+
+
+def settings(req: render.Request, excluded: tuple[str, ...] = ()) -> Settings:
+    """The injection settings the flags describe; raises PlanError on missing or wrong inputs."""
+    from splitdns.kube.inject import ALWAYS_EXCLUDED, Settings
+    from splitdns.kube.plan import PlanError
+
+    if req.resolver != "splitdns":
+        raise PlanError("injection runs our image only (--resolver splitdns): the Corefile travels in an "
+                        "environment variable, which CoreDNS cannot read as its config")
+    return Settings(render.build_plan(req), image=req.image, sidecar=req.sidecar,
+                    excluded_namespaces=tuple(dict.fromkeys((*ALWAYS_EXCLUDED, *excluded))))
+
+
+def run(req: render.Request, paths: list[str]) -> int:
+    from splitdns.kube.plan import PlanError
+    from splitdns.kube.workloads import InputError, inject_text
+
+    try:
+        chosen = settings(req)
+    except PlanError as err:
+        print(f"splitdns inject: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    texts: list[tuple[str, str]] = []
+    for path in paths or ["-"]:
+        try:
+            text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
+            print(f"splitdns inject: cannot read {path}: {reason}", file=sys.stderr)
+            return EXIT_INPUT
+        texts.append(("<stdin>" if path == "-" else path, text))
+    out: list[str] = []
+    left_alone = 0
+    for source, text in texts:
+        try:
+            injected, reports = inject_text(text, chosen, req.namespace, source)
+        except InputError as err:
+            print(f"splitdns inject: {err}", file=sys.stderr)
+            return EXIT_INPUT
+        for r in reports:
+            if not r.outcome.injected:
+                left_alone += 1
+                print(f"splitdns inject: {source}: {r.what}: not injected: {r.outcome.reason}",
+                      file=sys.stderr)
+            for warning in r.outcome.warnings:
+                print(f"splitdns inject: {source}: {r.what}: warning: {warning}", file=sys.stderr)
+        out.append(injected)
+    sys.stdout.write(_join(out))
+    return EXIT_LEFT_ALONE if left_alone else EXIT_OK
+
+
+def _join(texts: list[str]) -> str:
+    # Several files become one stream: a document separator between them.
+    parts = [t if t.endswith("\n") or not t else t + "\n" for t in texts]
+    return "---\n".join(parts) if len(parts) > 1 else "".join(parts)

@@ -1,0 +1,303 @@
+"""The injection: one pod (metadata + spec) and the settings in, the injected pod out.
+
+Pure and deterministic: no I/O, no clock, the input never modified. `splitdns inject`, the admission
+webhook and `render --form webhook` (through the settings it writes) all go through `inject`, so one
+set of golden files proves the three.
+
+All or nothing: the resolver container, its Corefile, dnsPolicy/dnsConfig and the sysctl arrive
+together, or the pod is returned unchanged with the reason. A pod that is not injected therefore keeps
+plain cluster DNS, which is what makes `failurePolicy: Ignore` safe.
+
+The Corefile travels in the pod spec itself (an environment variable of the resolver container that
+`splitdns serve --corefile-env` reads), so no ConfigMap is needed in the pod's namespace.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import hashlib
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+from splitdns import __version__
+from splitdns.kube import corefiles, manifests
+from splitdns.kube.plan import Plan
+
+Doc = dict[str, Any]
+
+CONTAINER = "splitdns"
+COREFILE_ENV = "SPLITDNS_COREFILE"
+NAMESPACE_LABEL = "splitdns.dev/injection"   # on a Namespace: "enabled"
+POD_LABEL = "splitdns.dev/inject"            # on a pod (template): "true" to ask, "false" to refuse
+STATUS = "splitdns.dev/status"               # written by the injection: what, version, settings hash
+NDOTS = "splitdns.dev/ndots"                 # optional per-pod ndots
+# Not the resolver defaults (8080, 8181): the app next to it often listens on 8080 already.
+HEALTH_PORT, READY_PORT = 15380, 15381
+ALWAYS_EXCLUDED = ("kube-system", "kube-public", "kube-node-lease")
+MAX_SEARCHES = 32  # the API server's limit (Kubernetes >= 1.28)
+# A pod that runs to completion: a classic sidecar would keep it running forever.
+_COMPLETING = ("Never", "OnFailure")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every injected pod gets. `plan.namespace` is ignored: each pod's own namespace counts."""
+
+    plan: Plan
+    image: str = manifests.DEFAULT_IMAGE
+    sidecar: str = "native"
+    excluded_namespaces: tuple[str, ...] = ALWAYS_EXCLUDED
+
+    @cached_property
+    def corefile(self) -> str:
+        text = corefiles.in_pod(self.plan, health=f":{HEALTH_PORT}", ready=f":{READY_PORT}",
+                                by="splitdns inject")
+        # No file to watch: a new Corefile reaches the pod only with a new pod.
+        return text.replace(f"{corefiles.INDENT}reload\n", "")
+
+    @cached_property
+    def digest(self) -> str:
+        """The settings' fingerprint in the status annotation: what changes the injected pod."""
+        data = {"corefile": self.corefile, "image": self.image, "sidecar": self.sidecar,
+                "ndots": self.plan.ndots, "cluster_domain": self.plan.cluster_domain}
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+    def status(self) -> str:
+        return json.dumps({"injected": CONTAINER, "version": __version__, "sidecar": self.sidecar,
+                           "settings": self.digest}, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class Outcome:
+    pod: Doc                      # the injected pod, or the input (a copy) when not injected
+    injected: bool                # the pod now carries our injection (newly or already)
+    changed: bool                 # pod differs from the input
+    reason: str = ""              # why it was not injected (empty when injected)
+    warnings: tuple[str, ...] = field(default_factory=tuple)
+
+
+class Refused(Exception):
+    """The pod cannot take the resolver; the message says why, for the user."""
+
+
+def inject(pod: Doc, namespace: str, settings: Settings) -> Outcome:
+    """`pod` is a Pod or a pod template ({metadata, spec}); `namespace` is where it runs."""
+    before = copy.deepcopy(pod)
+    after = copy.deepcopy(pod)
+    warnings: list[str] = []
+    try:
+        _refuse_scope(after, namespace, settings)
+        _apply(after, namespace, settings, warnings)
+    except Refused as why:
+        return Outcome(before, False, False, str(why))
+    return Outcome(after, True, after != before, "", tuple(warnings))
+
+
+def is_injected(pod: Doc) -> bool:
+    """Our status annotation and our container, looked for in initContainers and containers."""
+    spec = pod.get("spec") if isinstance(pod.get("spec"), dict) else {}
+    return STATUS in _annotations(pod) and bool(_ours(spec or {}))
+
+
+def status_of(pod: Doc) -> dict[str, str]:
+    """The decoded status annotation ({} when absent or unreadable)."""
+    try:
+        value = json.loads(_annotations(pod).get(STATUS, ""))
+    except ValueError:
+        return {}
+    return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
+
+
+def _annotations(pod: Doc) -> dict[str, Any]:
+    meta = pod.get("metadata")
+    ann = meta.get("annotations") if isinstance(meta, dict) else None
+    return ann if isinstance(ann, dict) else {}
+
+
+def _labels(pod: Doc) -> dict[str, Any]:
+    meta = pod.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, dict) else None
+    return labels if isinstance(labels, dict) else {}
+
+
+# -- refusals ------------------------------------------------------------------------------------
+
+
+def _refuse_scope(pod: Doc, namespace: str, settings: Settings) -> None:
+    if not isinstance(pod.get("spec"), dict):
+        raise Refused("no pod spec")
+    if namespace in settings.excluded_namespaces:
+        raise Refused(f"namespace {namespace} is never injected (system or the injector's own)")
+    if str(_labels(pod).get(POD_LABEL, "")).lower() == "false" or \
+            str(_annotations(pod).get(POD_LABEL, "")).lower() == "false":
+        raise Refused(f"the pod opts out ({POD_LABEL}: \"false\")")
+    spec = pod["spec"]
+    if spec.get("hostNetwork"):
+        raise Refused("hostNetwork pod: 127.0.0.1:53 would be the node's, shared with every other "
+                      "hostNetwork pod")
+    policy = spec.get("dnsPolicy", "ClusterFirst")
+    if policy == "ClusterFirstWithHostNet":
+        raise Refused("dnsPolicy ClusterFirstWithHostNet is meant for hostNetwork pods")
+    if policy == "Default":
+        raise Refused("dnsPolicy Default: the pod asks for the node's resolver, not the cluster's")
+    if policy not in ("ClusterFirst", "None"):
+        raise Refused(f"dnsPolicy {policy} is not one the resolver can merge with")
+    if (spec.get("os") or {}).get("name") == "windows":
+        raise Refused("Windows pod: the resolver image is Linux only")
+    if settings.sidecar == "classic" and spec.get("restartPolicy") in _COMPLETING:
+        raise Refused(f"restartPolicy {spec.get('restartPolicy')} with a classic sidecar: the resolver "
+                      "would keep the pod running forever (use the native sidecar, Kubernetes >= 1.29)")
+
+
+def _containers(spec: Doc) -> list[tuple[str, int, Doc]]:
+    out = []
+    for key in ("initContainers", "containers"):
+        items = spec.get(key)
+        if items is not None and not isinstance(items, list):
+            raise Refused(f"spec.{key} is not a list")
+        for i, c in enumerate(items or []):
+            if not isinstance(c, dict):
+                raise Refused(f"spec.{key}[{i}] is not a container")
+            out.append((key, i, c))
+    return out
+
+
+def _is_ours(c: Doc) -> bool:
+    env = c.get("env") or []
+    return c.get("name") == CONTAINER and any(isinstance(e, dict) and e.get("name") == COREFILE_ENV
+                                              for e in env)
+
+
+def _ours(spec: Doc) -> list[tuple[str, int]]:
+    return [(key, i) for key, i, c in _containers(spec) if _is_ours(c)]
+
+
+def _refuse_conflicts(spec: Doc) -> None:
+    taken = {53: "port 53", HEALTH_PORT: "the resolver's health port", READY_PORT: "its ready port"}
+    for key, _i, c in _containers(spec):
+        if _is_ours(c):
+            continue
+        name = c.get("name")
+        if name == CONTAINER:
+            raise Refused(f"{key} already has a container named {CONTAINER} that is not ours")
+        for p in c.get("ports") or []:
+            if not isinstance(p, dict):
+                continue
+            for port_key in ("containerPort", "hostPort"):
+                if p.get(port_key) in taken:
+                    raise Refused(f"container {name} declares {port_key} {p[port_key]}, "
+                                  f"{taken[p[port_key]]}, which the resolver listens on")
+            if str(p.get("name", "")).startswith(f"{CONTAINER}-"):
+                raise Refused(f"container {name} has a port named {p['name']}, a name the resolver uses")
+    for s in ((spec.get("securityContext") or {}).get("sysctls") or []):
+        if isinstance(s, dict) and s.get("name") == manifests.UNPRIVILEGED_PORT_SYSCTL:
+            value = str(s.get("value", ""))
+            if not (value.isdigit() and int(value) <= 53):
+                raise Refused(f"the pod sets {manifests.UNPRIVILEGED_PORT_SYSCTL}={value}; the resolver "
+                              "needs 53 or lower to bind port 53 without root")
+
+
+# -- the changes ---------------------------------------------------------------------------------
+
+
+def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> None:
+    spec: Doc = pod["spec"]
+    _refuse_conflicts(spec)
+    for key, i in reversed(_ours(spec)):  # re-injection: ours is rebuilt, in first place
+        del spec[key][i]
+    if spec.get("initContainers") == []:
+        del spec["initContainers"]
+    container = _container(settings)
+    if settings.sidecar == "native":
+        # First, so the app's own init containers and other injectors' can resolve both zones.
+        if "initContainers" not in spec and "containers" in spec:
+            # Written before `containers`, where a reader looks for it.
+            items = list(spec.items())
+            at = [k for k, _ in items].index("containers")
+            spec = dict([*items[:at], ("initContainers", []), *items[at:]])
+            pod["spec"] = spec
+        spec["initContainers"] = [container, *(spec.get("initContainers") or [])]
+    else:
+        spec["containers"] = [container, *(spec.get("containers") or [])]
+        if spec.get("initContainers"):
+            warnings.append("classic sidecar: the pod's init containers run before the resolver and "
+                            "cannot resolve names")
+    _dns(pod, namespace, settings, warnings)
+    _sysctl(spec)
+    meta = pod.setdefault("metadata", {})
+    if not isinstance(meta, dict):
+        raise Refused("metadata is not a mapping")
+    annotations = meta.get("annotations")
+    if annotations is None:
+        annotations = meta["annotations"] = {}
+    if not isinstance(annotations, dict):
+        raise Refused("metadata.annotations is not a mapping")
+    annotations[STATUS] = settings.status()
+
+
+def _container(settings: Settings) -> Doc:
+    plan = settings.plan
+    base = manifests.dns_container(plan, manifests.Options(image=settings.image, sidecar=settings.sidecar))
+    ports = {"health": f"{CONTAINER}-health", "ready": f"{CONTAINER}-ready"}
+    container: Doc = {
+        "name": CONTAINER,
+        "image": settings.image,
+        # The image's entrypoint is `splitdns serve`.
+        "args": ["--corefile-env", COREFILE_ENV],
+        "env": [{"name": COREFILE_ENV, "value": settings.corefile}],
+        "ports": [{"name": ports["health"], "containerPort": HEALTH_PORT, "protocol": "TCP"},
+                  {"name": ports["ready"], "containerPort": READY_PORT, "protocol": "TCP"}],
+    }
+    for key in ("restartPolicy", "startupProbe", "readinessProbe", "livenessProbe"):
+        if key in base:
+            container[key] = copy.deepcopy(base[key])
+            get = container[key].get("httpGet") if isinstance(container[key], dict) else None
+            if get is not None:
+                get["port"] = ports[get["port"]]
+    container["resources"] = base["resources"]
+    container["securityContext"] = base["securityContext"]
+    return container
+
+
+def _dns(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> None:
+    """Merge, never replace: the pod's options and searches stay; only the nameserver is ours."""
+    spec: Doc = pod["spec"]
+    conf = spec.get("dnsConfig") or {}
+    if not isinstance(conf, dict):
+        raise Refused("spec.dnsConfig is not a mapping")
+    own_servers = [str(s) for s in conf.get("nameservers") or [] if str(s) != "127.0.0.1"]
+    if own_servers:
+        warnings.append(f"the pod's nameservers {', '.join(own_servers)} are replaced by 127.0.0.1; "
+                        "route their zones in the settings instead")
+    plan = dataclasses.replace(settings.plan, namespace=namespace)
+    ours = plan.searches()
+    searches = ours + [str(s) for s in conf.get("searches") or [] if str(s) not in ours]
+    if len(searches) > MAX_SEARCHES:
+        raise Refused(f"{len(searches)} search domains with the cluster's: more than {MAX_SEARCHES}")
+    options = [dict(o) for o in conf.get("options") or [] if isinstance(o, dict)]
+    wanted = _annotations(pod).get(NDOTS)
+    if wanted is not None:
+        text = str(wanted)
+        if not (text.isdigit() and 0 <= int(text) <= 15):
+            raise Refused(f"annotation {NDOTS}: {text!r} is not a number from 0 to 15")
+        options = [o for o in options if o.get("name") != "ndots"]
+        options.append({"name": "ndots", "value": text})
+    elif not any(o.get("name") == "ndots" for o in options):
+        options.append({"name": "ndots", "value": str(plan.ndots)})
+    spec["dnsPolicy"] = "None"
+    spec["dnsConfig"] = {"nameservers": ["127.0.0.1"], "searches": searches, "options": options}
+
+
+def _sysctl(spec: Doc) -> None:
+    sc = spec.get("securityContext")
+    if sc is None:
+        sc = spec["securityContext"] = {}
+    if not isinstance(sc, dict):
+        raise Refused("spec.securityContext is not a mapping")
+    sysctls = sc.get("sysctls") or []
+    if not any(isinstance(s, dict) and s.get("name") == manifests.UNPRIVILEGED_PORT_SYSCTL for s in sysctls):
+        sysctls = [*sysctls, {"name": manifests.UNPRIVILEGED_PORT_SYSCTL, "value": "53"}]
+    sc["sysctls"] = sysctls
