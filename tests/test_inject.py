@@ -141,7 +141,7 @@ def test_the_corefile_travels_in_the_pod_and_the_resolver_accepts_it() -> None:
     assert container["args"] == ["--corefile-env", inject.COREFILE_ENV]
     (env,) = container["env"]
     loaded = config.loads(env["value"], file="$SPLITDNS_COREFILE")
-    assert [b.name for b in loaded.blocks][0].startswith("svc.acme.internal")
+    assert loaded.blocks[0].name.startswith("svc.acme.internal")
     assert loaded.health is not None and loaded.health.endpoint.port == inject.HEALTH_PORT
     probe = container["startupProbe"]["httpGet"]
     assert probe["port"] == "splitdns-ready" and probe["path"].startswith("/ready?")
@@ -173,8 +173,8 @@ def with_spec(**fields: Any) -> dict[str, Any]:
     (POD, "kube-system", "namespace kube-system is never injected"),
     (POD, "kube-public", "namespace kube-public"),
     (POD, "kube-node-lease", "namespace kube-node-lease"),
-    (with_spec(containers=[{"name": "dns", "image": "d", "ports": [{"containerPort": 53, "protocol": "UDP"}]}]),
-     "shop", "containerPort 53"),
+    (with_spec(containers=[{"name": "dns", "image": "d",
+                            "ports": [{"containerPort": 53, "protocol": "UDP"}]}]), "shop", "containerPort 53"),
     (with_spec(initContainers=[{"name": "x", "image": "x", "ports": [{"containerPort": 1, "hostPort": 53}]}]),
      "shop", "hostPort 53"),
     (with_spec(containers=[{"name": "app", "image": "a", "ports": [{"containerPort": 15381}]}]),
