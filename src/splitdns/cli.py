@@ -110,6 +110,7 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     _add_openvpn_hook(commands)
     _add_verify(commands)
     _add_inject(commands)
+    _add_webhook(commands)
     return parser
 
 
@@ -309,6 +310,35 @@ def _add_inject(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.set_defaults(run=_inject)
 
 
+def _add_webhook(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "webhook", help="Serve the admission webhook that injects the resolver into new pods.",
+        description="Serve AdmissionReview v1 over HTTPS (POST /mutate) for pod CREATE: pods labelled "
+                    "splitdns.dev/inject=true get the same injection as `splitdns inject`, as a JSONPatch. "
+                    "A pod that cannot take it is admitted unchanged, with the reason as a warning. "
+                    "/healthz, /readyz and /metrics on the plain-HTTP probe port. The certificate files "
+                    "are re-read when they change. Needs the `webhook` extra (pip install "
+                    "'splitdns[webhook]').",
+        epilog="exit codes:\n  0  stopped by SIGTERM or SIGINT\n  1  could not start (port, certificate)\n"
+               "  2  bad settings (the message says what)")
+    p.add_argument("--tls-cert", required=True, dest="cert", metavar="FILE",
+                   help="The serving certificate (PEM).")
+    p.add_argument("--tls-key", required=True, dest="key", metavar="FILE", help="Its private key (PEM).")
+    p.add_argument("--listen", default="0.0.0.0", dest="host", help="The address to listen on (default all).")
+    p.add_argument("--port", type=int, default=8443, help="The HTTPS port for reviews (default 8443).")
+    p.add_argument("--probe-port", type=int, default=8080, help="The plain-HTTP port for probes and metrics.")
+    p.add_argument("--cert-poll", type=float, default=10.0, metavar="SECONDS",
+                   help="How often to look at the certificate files for a change (default 10).")
+    p.add_argument("--read-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="How long a client may take to send a review's body (default 10).")
+    p.add_argument("--shutdown-delay", type=float, default=5.0, metavar="SECONDS",
+                   help="After SIGTERM, how long to go on serving while /readyz fails (default 5).")
+    p.add_argument("--namespace", default="splitdns-system",
+                   help="The webhook's own namespace, never injected (default splitdns-system).")
+    _add_plan(p)
+    p.set_defaults(run=_webhook)
+
+
 # Each command imports its module when it runs: `splitdns serve` must not pay, in start-up time
 # and memory, for what render, check or verify import (YAML, schemas, an HTTP client).
 def _serve(a: argparse.Namespace) -> int:
@@ -364,6 +394,23 @@ def _inject(a: argparse.Namespace) -> int:
 
     fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
     return inject.run(render.Request(**fields), a.files)
+
+
+def _webhook(a: argparse.Namespace) -> int:
+    from splitdns.commands import inject, render, webhook
+    from splitdns.kube.plan import PlanError
+
+    fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
+    fields.pop("namespace", None)
+    try:
+        settings = inject.settings(render.Request(**fields), excluded=(a.namespace,))
+    except PlanError as err:
+        print(f"splitdns webhook: {err}", file=sys.stderr)
+        return webhook.EXIT_INPUT
+    options = webhook.Options(cert=a.cert, key=a.key, host=a.host, port=a.port, probe_port=a.probe_port,
+                              cert_poll=a.cert_poll, read_timeout=a.read_timeout,
+                              shutdown_delay=a.shutdown_delay)
+    return webhook.run(settings, options)
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "splitdns") -> int:

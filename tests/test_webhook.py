@@ -1,0 +1,236 @@
+"""`splitdns webhook` as a real process over real HTTPS with a CA made in the test: its patches, applied
+with jsonpatch, give exactly `splitdns inject`'s golden outputs; bad input gets a clear error and the
+next request is served; the certificate is rotated while requests flow; SIGTERM drains.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import json
+import signal
+import socket
+import ssl
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import jsonpatch  # type: ignore[import-untyped,unused-ignore]
+import pytest
+import yaml
+
+from splitdns.kube import inject
+from splitdns.kube.workloads import TEMPLATE_PATHS
+from tests.support import webhook
+from tests.support.processes import poll_until
+
+DATA = Path(__file__).parent / "data" / "inject"
+CASES = sorted(p.name.removesuffix(".yaml") for p in DATA.glob("*.yaml") if ".injected." not in p.name)
+
+
+@pytest.fixture(scope="module")
+def hook() -> Any:
+    with webhook.running("--cert-poll", "0.2", "--read-timeout", "1") as running:
+        yield running
+
+
+def templates(path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(namespace, pod template) of every workload in a file, lists unrolled."""
+    out = []
+    for doc in yaml.safe_load_all(path.read_text()):
+        for item in doc["items"] if doc["kind"] == "List" else [doc]:
+            if item["kind"] not in TEMPLATE_PATHS:
+                continue
+            template = item
+            for key in TEMPLATE_PATHS[item["kind"]]:
+                template = template[key]
+            pod = {"metadata": copy.deepcopy(template.get("metadata", {})), "spec": template["spec"]}
+            if item["kind"] == "Pod":
+                pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k != "namespace"}
+            out.append((item["metadata"].get("namespace", "default"), pod))
+    return out
+
+
+def opted_in(pod: dict[str, Any]) -> dict[str, Any]:
+    pod = copy.deepcopy(pod)
+    pod["metadata"].setdefault("labels", {})[inject.POD_LABEL] = "true"
+    return pod
+
+
+def apply(response: dict[str, Any], pod: dict[str, Any]) -> dict[str, Any]:
+    if "patch" not in response:
+        return pod
+    assert response["patchType"] == "JSONPatch"
+    ops = json.loads(base64.b64decode(response["patch"]))
+    patched: dict[str, Any] = jsonpatch.apply_patch(pod, ops)
+    return patched
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_patch_applied_equals_inject_output(hook: webhook.Webhook, case: str) -> None:
+    before = templates(DATA / f"{case}.yaml")
+    after = templates(DATA / f"{case}.injected.yaml")
+    assert len(before) == len(after) > 0
+    for (namespace, pod), (_, expected) in zip(before, after, strict=True):
+        request = webhook.pod_request(opted_in(pod), namespace)
+        response = hook.review(request)
+        assert response["uid"] == request["uid"] and response["allowed"] is True
+        assert apply(response, request["object"]) == {"apiVersion": "v1", "kind": "Pod", **opted_in(expected)}
+        if case in ("hostnetwork", "port53", "already-injected"):
+            assert "patch" not in response
+        if case in ("hostnetwork", "port53"):
+            assert any(w.startswith("splitdns: not injected:") for w in response["warnings"])
+
+
+def test_excluded_everywhere_and_only_pod_create(hook: webhook.Webhook) -> None:
+    pod = {"metadata": {"name": "p", "labels": {inject.POD_LABEL: "true"}},
+           "spec": {"containers": [{"name": "a", "image": "a"}]}}
+    for namespace in ("kube-system", "kube-public", "kube-node-lease", "splitdns-system"):
+        response = hook.review(webhook.pod_request(pod, namespace))
+        assert "patch" not in response and f"namespace {namespace}" in response["warnings"][0]
+    response = hook.review(webhook.pod_request(pod, "shop", operation="UPDATE"))
+    assert "patch" not in response and "warnings" not in response
+    unlabelled = {**pod, "metadata": {"name": "p"}}
+    assert "patch" not in hook.review(webhook.pod_request(unlabelled, "shop"))
+    assert "patch" in hook.review(webhook.pod_request(pod, "shop"))
+
+
+def good(hook: webhook.Webhook) -> None:
+    """The next request after a bad one is served."""
+    pod = {"metadata": {"name": "p", "labels": {inject.POD_LABEL: "true"}},
+           "spec": {"containers": [{"name": "a", "image": "a"}]}}
+    assert "patch" in hook.review(webhook.pod_request(pod, "shop"))
+
+
+@pytest.mark.parametrize(("body", "status", "message"), [
+    (b"{not json", 400, "the body is not JSON"),
+    (b"\xff\xfe", 400, "the body is not JSON"),
+    (b"[1, 2]", 400, "not a JSON object"),
+    (json.dumps({"apiVersion": "v1", "kind": "Pod"}).encode(), 400, "expected kind AdmissionReview"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1beta1", "kind": "AdmissionReview",
+                 "request": {"uid": "u"}}).encode(), 400, "apiVersion admission.k8s.io/v1"),
+    (json.dumps(webhook.admission_review({"object": {}})).encode(), 400, "has no uid"),
+    (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(), 400,
+     "no request"),
+    (b"x" * (10 * 1024 * 1024), 413, "larger than"),
+])
+def test_bad_input_gets_a_clear_error_and_the_next_request_is_served(
+        hook: webhook.Webhook, body: bytes, status: int, message: str) -> None:
+    got, text = hook.post(body)
+    assert got == status
+    assert message in text.decode() and "Traceback" not in text.decode()
+    good(hook)
+
+
+def test_missing_fields_are_admitted_with_a_warning(hook: webhook.Webhook) -> None:
+    create = {"operation": "CREATE", "resource": {"resource": "pods"}}
+    for request in ({"uid": "u1", **create, "namespace": "shop"},
+                    {"uid": "u2", **create, "namespace": "shop",
+                     "object": {"metadata": "oops", "spec": {"containers": "oops"}}},
+                    {"uid": "u3", **create, "object": {"metadata": {}, "spec": {}}}):
+        response = hook.review(request)
+        assert response["allowed"] is True and "patch" not in response
+    good(hook)
+
+
+def test_a_slow_client_gets_408_and_others_are_served_meanwhile(hook: webhook.Webhook) -> None:
+    raw = socket.create_connection((webhook.HOST, hook.port), timeout=10)
+    slow = hook.client_context.wrap_socket(raw, server_hostname=webhook.HOST)
+    try:
+        slow.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 1000\r\n\r\n{\"apiVersion\"")
+        good(hook)  # while the slow one holds its connection
+        reply = slow.recv(4096).decode()
+    finally:
+        slow.close()
+    assert reply.startswith("HTTP/1.1 408") and "did not arrive within 1s" in reply
+    good(hook)
+
+
+def test_health_readiness_metrics_and_structured_logs(hook: webhook.Webhook) -> None:
+    good(hook)
+    assert hook.get("/healthz") == (200, "OK\n")
+    assert hook.get("/readyz") == (200, "ready\n")
+    status, text = hook.get("/metrics")
+    assert status == 200
+    injected = [line for line in text.splitlines()
+                if line.startswith('splitdns_webhook_reviews_total{outcome="injected"}')]
+    assert injected and float(injected[0].split()[-1]) >= 1
+    assert "splitdns_webhook_review_duration_seconds_bucket" in text
+    reviews = [r for r in hook.logs() if r["msg"] == "review"]
+    assert reviews and {"uid", "namespace", "pod", "outcome", "ms", "time", "level"} <= set(reviews[-1])
+
+
+def metric(hook: webhook.Webhook, name: str) -> float:
+    for line in hook.get("/metrics")[1].splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    raise AssertionError(f"no metric {name}")
+
+
+def test_certificate_rotation_while_requests_flow(hook: webhook.Webhook) -> None:
+    errors: list[str] = []
+    served = 0
+    stop = threading.Event()
+
+    def flow() -> None:
+        nonlocal served
+        deadline = time.monotonic() + 30
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                good(hook)  # a new connection, so a new handshake, each time
+                served += 1
+            except (OSError, AssertionError, ssl.SSLError) as err:
+                errors.append(repr(err))
+
+    thread = threading.Thread(target=flow)
+    thread.start()
+    try:
+        old = hook.served_certificate()
+        leaf = webhook.write_pair(hook.ca, hook.cert, hook.key)
+        new = ssl.PEM_cert_to_DER_cert(leaf.cert_chain_pems[0].bytes().decode())
+        assert new != old
+        poll_until("the new certificate to be served", 10, lambda: True if hook.served_certificate() == new
+                   else None)
+        # A pair that does not match (cert of one, key of another) is refused; the good one stays.
+        other = hook.ca.issue_cert(webhook.HOST)
+        hook.key.write_bytes(other.private_key_pem.bytes())
+        failures = metric(hook, "splitdns_webhook_certificate_load_failures_total")
+        poll_until("the failed load to be counted", 10, lambda: True if metric(
+            hook, "splitdns_webhook_certificate_load_failures_total") > failures else None)
+        assert hook.served_certificate() == new
+        reloads = metric(hook, "splitdns_webhook_certificate_reloads_total")
+        leaf = webhook.write_pair(hook.ca, hook.cert, hook.key)
+        newer = ssl.PEM_cert_to_DER_cert(leaf.cert_chain_pems[0].bytes().decode())
+        poll_until("the third certificate to be served", 10,
+                   lambda: True if hook.served_certificate() == newer else None)
+    finally:
+        stop.set()
+        thread.join()
+    assert errors == [] and served > 0
+    assert metric(hook, "splitdns_webhook_certificate_reloads_total") == reloads + 1
+
+
+def test_sigterm_fails_readiness_serves_then_drains() -> None:
+    with webhook.running("--shutdown-delay", "1.5") as hook:
+        hook.process.send_signal(signal.SIGTERM)
+        poll_until("readiness to fail", 5, lambda: True if hook.get("/readyz")[0] == 503 else None)
+        good(hook)  # still served during the delay, while the Service forgets this endpoint
+        assert hook.process.wait(10) == 0
+        messages = [r["msg"] for r in hook.logs()]
+        assert messages[-1] == "stopped" and "review" in messages[messages.index("stopping"):]
+
+
+def test_unreadable_certificate_is_exit_1_with_a_reason(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    (tmp_path / "tls.crt").write_text("not a certificate")
+    bad = str(tmp_path / "tls.crt")
+    result = subprocess.run([sys.executable, "-m", "splitdns", "webhook", "--tls-cert", bad, "--tls-key", bad,
+                             "--listen", "127.0.0.1", "--port", "0", "--probe-port", "0", *webhook.SETTINGS],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1
+    record = json.loads(result.stderr.splitlines()[-1])
+    assert record["msg"] == "cannot start" and "cannot load the TLS certificate" in record["error"]
