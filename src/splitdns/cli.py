@@ -180,8 +180,10 @@ def _add_render(commands: argparse._SubParsersAction[_Parser]) -> None:
                    help="native (default; initContainers with restartPolicy Always, Kubernetes >= 1.29) "
                         "or classic (a regular container).")
     form = p.add_mutually_exclusive_group()
-    form.add_argument("--form", choices=("deployment", "component"), default="deployment",
-                      help="deployment (default): a full example; component: a kustomize Component.")
+    form.add_argument("--form", choices=("deployment", "component", "webhook"), default="deployment",
+                      help="deployment (default): a full example; component: a kustomize Component; "
+                           "webhook: the admission webhook that injects the resolver into labelled pods "
+                           "(with cert-manager).")
     form.add_argument("--cluster-wide", action="store_const", const="cluster-wide", dest="form",
                       help="The server block to add to kube-system/coredns instead (not recommended).")
     p.add_argument("--name", default="app", help="The Deployment's name (default app).")
@@ -195,6 +197,8 @@ def _add_render(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
     p.add_argument("--output-dir", metavar="DIR", help="Write the files into DIR instead of stdout.")
+    p.add_argument("--webhook-namespace", default="splitdns-system",
+                   help="--form webhook: the webhook's own namespace (default splitdns-system).")
     p.set_defaults(run=_render)
 
 

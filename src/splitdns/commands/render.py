@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from splitdns.kube import manifests
 
 if TYPE_CHECKING:
+    from splitdns.kube.inject import Settings
     from splitdns.kube.plan import Plan
 
 EXIT_OK, EXIT_CLUSTER, EXIT_INPUT = 0, 1, 2
@@ -38,6 +39,7 @@ class Request:
     vpn_image: str = manifests.DEFAULT_VPN_IMAGE
     management: str = "127.0.0.1:7505"
     output_dir: str | None = None
+    webhook_namespace: str = "splitdns-system"
 
 
 def files(req: Request) -> dict[str, str]:
@@ -45,10 +47,27 @@ def files(req: Request) -> dict[str, str]:
     from splitdns.kube import render
     from splitdns.kube.manifests import Options
 
+    if req.form == "webhook":
+        from splitdns.commands import inject
+        from splitdns.kube import webhook_manifests
+
+        given = inject.settings(req, excluded=(req.webhook_namespace,))
+        return webhook_manifests.render(webhook_settings(webhook_manifests.settings_args(given),
+                                                         req.webhook_namespace), req.webhook_namespace)
     plan = build_plan(req)
     opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, app_image=req.app_image,
                    vpn_image=req.vpn_image, sidecar=req.sidecar)
     return render.render(plan, opts, req.form)
+
+
+def webhook_settings(flags: list[str], namespace: str) -> Settings:
+    """The settings `splitdns webhook FLAGS` runs with (its ownership record names its own flags)."""
+    from splitdns import cli
+    from splitdns.commands import inject
+
+    args = cli._parser().parse_args(["webhook", "--tls-cert", "-", "--tls-key", "-", *flags])
+    fields = {k: v for k, v in vars(args).items() if k in Request.__dataclass_fields__ and k != "namespace"}
+    return inject.settings(Request(**fields), excluded=(namespace,))
 
 
 def build_plan(req: Request) -> Plan:
