@@ -63,6 +63,9 @@ class PodSpec:
     vpn_management: bool = True
     vpn_extra: str = ""  # more client config lines: management-up-down, up/down scripts, ...
     tunnel_zone_works: bool = True  # False: do not wait for the private zone to answer at start
+    # The resolver's command line as a pod spec gives it (an injected container's), instead of
+    # `resolver` run on the lab's Corefile file.
+    resolver_command: tuple[str, ...] = ()
 
 
 class Lab(Probes):
@@ -225,7 +228,8 @@ class Lab(Probes):
 
     def _start_resolver(self) -> None:
         """Start procs["resolver"] in the pod (a subclass may run it another way, as a container)."""
-        self._start("resolver", "pod", c.resolver_argv(self.pod_spec.resolver, self.corefile))
+        argv = list(self.pod_spec.resolver_command) or c.resolver_argv(self.pod_spec.resolver, self.corefile)
+        self._start("resolver", "pod", argv)
 
     def _start(self, name: str, role: str, argv: list[str]) -> Proc:
         log = self.log(name)
