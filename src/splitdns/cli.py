@@ -111,6 +111,7 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     _add_verify(commands)
     _add_inject(commands)
     _add_webhook(commands)
+    _add_doctor(commands)
     return parser
 
 
@@ -343,6 +344,24 @@ def _add_webhook(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.set_defaults(run=_webhook)
 
 
+def _add_doctor(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    p = commands.add_parser(
+        "doctor", help="List pods that asked for the resolver and run without it, or with old settings.",
+        description="Read the cluster (namespaces, pods labelled splitdns.dev/inject=true, the webhook's "
+                    "Deployment) through --kubeconfig, in-cluster credentials, $KUBECONFIG or "
+                    "~/.kube/config, and list the pods that asked for the resolver and were not injected "
+                    "(created while the webhook was down: failurePolicy Ignore let them start with plain "
+                    "cluster DNS), whose namespace is not enabled, or that were injected with settings "
+                    "older than the webhook's.",
+        epilog="exit codes:\n  0  nothing to report\n  1  findings (listed)\n"
+               "  2  the cluster could not be read")
+    p.add_argument("--kubeconfig", metavar="FILE", help="The kubeconfig to use.")
+    p.add_argument("--context", help="The kubeconfig context (default: the current one).")
+    p.add_argument("--webhook-namespace", default="splitdns-system",
+                   help="Where the webhook runs (default splitdns-system).")
+    p.set_defaults(run=_doctor)
+
+
 # Each command imports its module when it runs: `splitdns serve` must not pay, in start-up time
 # and memory, for what render, check or verify import (YAML, schemas, an HTTP client).
 def _serve(a: argparse.Namespace) -> int:
@@ -415,6 +434,12 @@ def _webhook(a: argparse.Namespace) -> int:
                               cert_poll=a.cert_poll, read_timeout=a.read_timeout,
                               shutdown_delay=a.shutdown_delay)
     return webhook.run(settings, options)
+
+
+def _doctor(a: argparse.Namespace) -> int:
+    from splitdns.commands import doctor
+
+    return doctor.run(a.kubeconfig, a.context, a.webhook_namespace)
 
 
 def main(argv: Sequence[str] | None = None, prog: str = "splitdns") -> int:
