@@ -84,8 +84,8 @@ def test_lists_pods_without_the_resolver_and_with_old_settings(kubeconfig: Path,
     assert lines[0].endswith("(owned by ReplicaSet shop-worker-6b7c8d9e0)")
     assert lines[1].startswith("reports/report-0: namespace-not-enabled: asks for the resolver but namespace "
                                "reports lacks the label splitdns.dev/injection=enabled")
-    assert lines[2].startswith("shop/shop-web-5c6d7f8b9-abcde: stale: injected by splitdns 0.1.0 with settings "
-                               "a02a51f7c0134314; the webhook now injects 348d38161f8eb708")
+    assert lines[2].startswith("shop/shop-web-5c6d7f8b9-abcde: stale: injected by splitdns 0.1.0 with "
+                               "settings a02a51f7c0134314; the webhook now injects 348d38161f8eb708")
     assert lines[3] == "3 finding(s) among 5 pod(s) that ask for the resolver."
     # The current pod and the finished Job's pod are not findings.
     assert not any("shop-api" in line or "nightly-export" in line for line in lines)
