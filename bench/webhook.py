@@ -111,7 +111,8 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
 
 
-async def run_rate(port: int, context: ssl.SSLContext, body: bytes, rate: float, seconds: float) -> dict[str, Any]:
+async def run_rate(port: int, context: ssl.SSLContext, body: bytes, rate: float,
+                   seconds: float) -> dict[str, Any]:
     import aiohttp
 
     latencies: list[float] = []
@@ -191,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 served = server_times(work / "server.log")
                 mine, seen = served[seen + 20:], len(served)  # the 20 warm-up reviews left out
                 row["server_p50_ms"] = statistics.median(mine) if mine else float("nan")
-                row["server_p99_ms"] = mine and sorted(mine)[int(len(mine) * 0.99)] or float("nan")
+                row["server_p99_ms"] = sorted(mine)[int(len(mine) * 0.99)] if mine else float("nan")
                 rows.append(row)
         finally:
             process.terminate()
@@ -202,12 +203,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 process.wait(5)
     pinned = "pinned to core 0" if pin(0) else "not pinned (one core)"
     print(f"splitdns webhook ({args.server}), {pinned}; review body {len(body)} bytes; "
-          f"{args.seconds:g} s per rate; {CONNECTIONS} keep-alive connections; idle RSS {idle_rss[0] / 1024:.1f} MiB")
+          f"{args.seconds:g} s per rate; {CONNECTIONS} keep-alive connections; "
+          f"idle RSS {idle_rss[0] / 1024:.1f} MiB")
     print("| rate/s | achieved/s | errors | p50 ms | p99 ms | max ms | in-server p50 ms | in-server p99 ms "
           "| RSS MiB | peak RSS MiB |")
     print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['rate']:g} | {r['achieved']:.1f} | {r['errors']} | {r['p50_ms']:.2f} | {r['p99_ms']:.2f} "
+        print(f"| {r['rate']:g} | {r['achieved']:.1f} | {r['errors']} | {r['p50_ms']:.2f} "
+              f"| {r['p99_ms']:.2f} "
               f"| {r['max_ms']:.2f} | {r['server_p50_ms']:.2f} | {r['server_p99_ms']:.2f} "
               f"| {r['rss_kib'] / 1024:.1f} | {r['peak_rss_kib'] / 1024:.1f} |")
     return 0
