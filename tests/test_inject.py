@@ -250,3 +250,8 @@ def test_bad_input_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert code == 2 and "cannot read" in err
     assert cli.main(["inject", str(bad)]) == 2  # no catch-all upstream given
     assert "catch-all" in capsys.readouterr().err
+
+
+def test_injected_outputs_check_clean(capsys: pytest.CaptureFixture[str]) -> None:
+    outputs = [str(p) for p in sorted(DATA.glob("*.injected.yaml"))]
+    assert cli.main(["check", "--brief", *outputs]) == 0, capsys.readouterr().out
