@@ -255,3 +255,18 @@ def test_bad_input_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_injected_outputs_check_clean(capsys: pytest.CaptureFixture[str]) -> None:
     outputs = [str(p) for p in sorted(DATA.glob("*.injected.yaml"))]
     assert cli.main(["check", "--brief", *outputs]) == 0, capsys.readouterr().out
+
+
+def test_serve_corefile_env_errors_are_clear() -> None:
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "SPLITDNS_TEST_NOPE"}
+    done = subprocess.run([sys.executable, "-m", "splitdns", "serve", "--corefile-env", "SPLITDNS_TEST_NOPE"],
+                          capture_output=True, text=True, timeout=30, env=env)
+    assert done.returncode == 2
+    assert "the environment variable SPLITDNS_TEST_NOPE is not set" in done.stderr
+    env["SPLITDNS_TEST_NOPE"] = ".:53 {\n    forward . not-an-address\n}\n"
+    done = subprocess.run([sys.executable, "-m", "splitdns", "serve", "--corefile-env", "SPLITDNS_TEST_NOPE"],
+                          capture_output=True, text=True, timeout=30, env=env)
+    assert done.returncode == 2 and "$SPLITDNS_TEST_NOPE:2" in done.stderr and "Traceback" not in done.stderr
