@@ -234,3 +234,30 @@ def test_unreadable_certificate_is_exit_1_with_a_reason(tmp_path: Path) -> None:
     assert result.returncode == 1
     record = json.loads(result.stderr.splitlines()[-1])
     assert record["msg"] == "cannot start" and "cannot load the TLS certificate" in record["error"]
+
+
+def test_the_webhook_needs_only_its_extra_not_the_render_dependencies() -> None:
+    """What an image must hold to run `splitdns webhook`: the serving dependencies plus the `webhook`
+    extra (aiohttp, jsonpatch); PyYAML, kubernetes-validate and lightkube stay out."""
+    import subprocess
+    import sys
+
+    code = (
+        "import json, sys\n"
+        "from splitdns import cli\n"
+        "from splitdns.commands import inject, render, webhook\n"
+        "from splitdns.kube import admission\n"
+        "s = inject.settings(render.Request(zones=['svc.acme.internal=openvpn'], cluster_dns='10.96.0.10'))\n"
+        "pod = {'metadata': {'labels': {'splitdns.dev/inject': 'true'}}, 'spec': {'containers': []}}\n"
+        "req = {'uid': 'u', 'operation': 'CREATE', 'resource': {'resource': 'pods'}, 'namespace': 'x',"
+        " 'object': pod}\n"
+        "d = admission.review(json.dumps({'apiVersion': 'admission.k8s.io/v1', 'kind': 'AdmissionReview',"
+        " 'request': req}).encode(), s)\n"
+        "assert d.outcome == 'injected', d\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    loaded = set(json.loads(done.stdout.replace("'", '"')))
+    assert "jsonpatch" in loaded
+    assert not loaded & {"yaml", "kubernetes_validate", "lightkube", "jsonschema", "httpx"}
