@@ -152,7 +152,7 @@ def test_status_annotation_says_what_which_version_and_settings() -> None:
     status = json.loads(doc["spec"]["template"]["metadata"]["annotations"][inject.STATUS])
     s = settings()
     assert status == {"injected": "splitdns", "version": __version__, "sidecar": "native",
-                      "settings": s.digest}
+                      "settings": s.digest, "ndots": "settings"}
     assert inject.is_injected(doc["spec"]["template"])
 
 
@@ -270,3 +270,13 @@ def test_serve_corefile_env_errors_are_clear() -> None:
     done = subprocess.run([sys.executable, "-m", "splitdns", "serve", "--corefile-env", "SPLITDNS_TEST_NOPE"],
                           capture_output=True, text=True, timeout=30, env=env)
     assert done.returncode == 2 and "$SPLITDNS_TEST_NOPE:2" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_ndots_follows_the_settings_but_never_overrides_the_pods_own() -> None:
+    five, two = settings(), settings("--ndots", "2")
+    plain = inject.inject(POD, "shop", five).pod
+    options = inject.inject(plain, "shop", two).pod["spec"]["dnsConfig"]["options"]
+    assert options == [{"name": "ndots", "value": "2"}]
+    own = with_spec(dnsConfig={"options": [{"name": "ndots", "value": "1"}]})
+    again = inject.inject(inject.inject(own, "shop", five).pod, "shop", two).pod
+    assert again["spec"]["dnsConfig"]["options"] == [{"name": "ndots", "value": "1"}]

@@ -64,9 +64,12 @@ class Settings:
                 "ndots": self.plan.ndots, "cluster_domain": self.plan.cluster_domain}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
-    def status(self) -> str:
-        return json.dumps({"injected": CONTAINER, "version": __version__, "sidecar": self.sidecar,
-                           "settings": self.digest}, separators=(",", ":"))
+    def status(self, ndots_from_settings: bool = False) -> str:
+        status = {"injected": CONTAINER, "version": __version__, "sidecar": self.sidecar,
+                  "settings": self.digest}
+        if ndots_from_settings:  # ours to change when the settings change; the pod's own ndots never
+            status["ndots"] = "settings"
+        return json.dumps(status, separators=(",", ":"))
 
 
 @dataclass(frozen=True)
@@ -234,7 +237,7 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
         if spec.get("initContainers"):
             warnings.append("classic sidecar: the pod's init containers run before the resolver and "
                             "cannot resolve names")
-    _dns(pod, namespace, settings, warnings)
+    ndots_from_settings = _dns(pod, namespace, settings, warnings)
     _sysctl(spec)
     meta = pod.setdefault("metadata", {})
     if not isinstance(meta, dict):
@@ -244,7 +247,7 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
         annotations = meta["annotations"] = {}
     if not isinstance(annotations, dict):
         raise Refused("metadata.annotations is not a mapping")
-    annotations[STATUS] = settings.status()
+    annotations[STATUS] = settings.status(ndots_from_settings)
 
 
 def _container(settings: Settings) -> Doc:
@@ -271,8 +274,9 @@ def _container(settings: Settings) -> Doc:
     return container
 
 
-def _dns(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> None:
-    """Merge, never replace: the pod's options and searches stay; only the nameserver is ours."""
+def _dns(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> bool:
+    """Merge, never replace: the pod's options and searches stay; only the nameserver is ours.
+    True when the ndots option is the settings' (not the pod's own)."""
     spec: Doc = pod["spec"]
     conf = spec.get("dnsConfig") or {}
     if not isinstance(conf, dict):
@@ -287,6 +291,8 @@ def _dns(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> N
     if len(searches) > MAX_SEARCHES:
         raise Refused(f"{len(searches)} search domains with the cluster's: more than {MAX_SEARCHES}")
     options = [dict(o) for o in conf.get("options") or [] if isinstance(o, dict)]
+    if status_of(pod).get("ndots") == "settings":  # injected before: that ndots was ours
+        options = [o for o in options if o.get("name") != "ndots"]
     wanted = _annotations(pod).get(NDOTS)
     if wanted is not None:
         text = str(wanted)
@@ -294,10 +300,12 @@ def _dns(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> N
             raise Refused(f"annotation {NDOTS}: {text!r} is not a number from 0 to 15")
         options = [o for o in options if o.get("name") != "ndots"]
         options.append({"name": "ndots", "value": text})
-    elif not any(o.get("name") == "ndots" for o in options):
+    from_settings = wanted is None and not any(o.get("name") == "ndots" for o in options)
+    if from_settings:
         options.append({"name": "ndots", "value": str(plan.ndots)})
     spec["dnsPolicy"] = "None"
     spec["dnsConfig"] = {"nameservers": ["127.0.0.1"], "searches": searches, "options": options}
+    return from_settings
 
 
 def _sysctl(spec: Doc) -> None:
