@@ -18,6 +18,9 @@ from typing import Any
 import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import settings as settings_
+from hypothesis import strategies as st
 
 from splitdns import __version__, cli, config
 from splitdns.commands import inject as inject_command
@@ -240,6 +243,9 @@ def test_another_injector_going_first_is_undone_on_reinvocation() -> None:
     assert [c["name"] for c in again.pod["spec"]["initContainers"]] == ["splitdns", "vault-agent-init"]
 
 
+SETTINGS = settings()
+
+
 def test_bad_input_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("apiVersion: v1\nkind: Pod\n---\nmetadata: [unclosed\n")
@@ -280,3 +286,41 @@ def test_ndots_follows_the_settings_but_never_overrides_the_pods_own() -> None:
     own = with_spec(dnsConfig={"options": [{"name": "ndots", "value": "1"}]})
     again = inject.inject(inject.inject(own, "shop", five).pod, "shop", two).pod
     assert again["spec"]["dnsConfig"]["options"] == [{"name": "ndots", "value": "1"}]
+
+
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-2, 70000) | st.text(max_size=8),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner,
+                                                                                 max_size=3),
+                    max_leaves=8)
+CONTAINER_FIELDS = st.fixed_dictionaries({}, optional={
+    "name": st.sampled_from(["splitdns", "app"]) | JSON, "image": JSON,
+    "ports": st.lists(st.fixed_dictionaries({}, optional={"containerPort": st.sampled_from([53, 80]) | JSON,
+                                                          "hostPort": JSON, "name": JSON}) | JSON, max_size=2)
+    | JSON,
+    "env": st.lists(st.fixed_dictionaries({"name": st.just(inject.COREFILE_ENV) | JSON}), max_size=2) | JSON})
+POD_SHAPES = st.fixed_dictionaries({}, optional={
+    "metadata": st.fixed_dictionaries({}, optional={
+        "annotations": st.dictionaries(st.sampled_from([inject.STATUS, inject.NDOTS, inject.POD_LABEL]),
+                                       st.text(max_size=20) | JSON, max_size=3) | JSON,
+        "labels": JSON}) | JSON,
+    "spec": st.fixed_dictionaries({}, optional={
+        "containers": st.lists(CONTAINER_FIELDS | JSON, max_size=2) | JSON,
+        "initContainers": st.lists(CONTAINER_FIELDS | JSON, max_size=2) | JSON,
+        "dnsPolicy": st.sampled_from(["ClusterFirst", "None", "Default"]) | JSON,
+        "dnsConfig": st.fixed_dictionaries({}, optional={"nameservers": JSON, "searches": JSON,
+                                                         "options": JSON}) | JSON,
+        "securityContext": st.fixed_dictionaries({}, optional={"sysctls": JSON}) | JSON,
+        "os": JSON, "hostNetwork": JSON, "restartPolicy": JSON}) | JSON,
+})
+
+
+@settings_(max_examples=300, deadline=None)
+@given(POD_SHAPES)
+def test_any_pod_shape_gets_an_outcome_never_an_exception(pod: dict[str, Any]) -> None:
+    before = copy.deepcopy(pod)
+    outcome = inject.inject(pod, "shop", SETTINGS)
+    assert pod == before  # the input is never modified
+    if outcome.injected:
+        assert inject.inject(outcome.pod, "shop", SETTINGS).pod == outcome.pod
+    else:
+        assert outcome.pod == before and outcome.reason

@@ -117,7 +117,8 @@ def is_injected(pod: Doc) -> bool:
 def status_of(pod: Doc) -> dict[str, str]:
     """The decoded status annotation ({} when absent or unreadable)."""
     try:
-        value = json.loads(_annotations(pod).get(STATUS, ""))
+        text = _annotations(pod).get(STATUS, "")
+        value = json.loads(text) if isinstance(text, str) else None
     except ValueError:
         return {}
     return {str(k): str(v) for k, v in value.items()} if isinstance(value, dict) else {}
@@ -151,17 +152,36 @@ def _refuse_scope(pod: Doc, namespace: str, settings: Settings) -> None:
         raise Refused("hostNetwork pod: 127.0.0.1:53 would be the node's, shared with every other "
                       "hostNetwork pod")
     policy = spec.get("dnsPolicy", "ClusterFirst")
+    if not isinstance(policy, str):
+        raise Refused("spec.dnsPolicy is not a string")
     if policy == "ClusterFirstWithHostNet":
         raise Refused("dnsPolicy ClusterFirstWithHostNet is meant for hostNetwork pods")
     if policy == "Default":
         raise Refused("dnsPolicy Default: the pod asks for the node's resolver, not the cluster's")
     if policy not in ("ClusterFirst", "None"):
         raise Refused(f"dnsPolicy {policy} is not one the resolver can merge with")
-    if (spec.get("os") or {}).get("name") == "windows":
+    if _mapping(spec, "os", "spec.os").get("name") == "windows":
         raise Refused("Windows pod: the resolver image is Linux only")
     if settings.sidecar == "classic" and spec.get("restartPolicy") in _COMPLETING:
         raise Refused(f"restartPolicy {spec.get('restartPolicy')} with a classic sidecar: the resolver "
                       "would keep the pod running forever (use the native sidecar, Kubernetes >= 1.29)")
+
+
+def _list(value: Any, where: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Refused(f"{where} is not a list")
+    return value
+
+
+def _mapping(parent: Doc, key: str, where: str) -> Doc:
+    value = parent.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise Refused(f"{where} is not a mapping")
+    return value
 
 
 def _containers(spec: Doc) -> list[tuple[str, int, Doc]]:
@@ -178,9 +198,9 @@ def _containers(spec: Doc) -> list[tuple[str, int, Doc]]:
 
 
 def _is_ours(c: Doc) -> bool:
-    env = c.get("env") or []
-    return c.get("name") == CONTAINER and any(isinstance(e, dict) and e.get("name") == COREFILE_ENV
-                                              for e in env)
+    env = c.get("env")
+    return c.get("name") == CONTAINER and isinstance(env, list) and any(
+        isinstance(e, dict) and e.get("name") == COREFILE_ENV for e in env)
 
 
 def _ours(spec: Doc) -> list[tuple[str, int]]:
@@ -195,16 +215,17 @@ def _refuse_conflicts(spec: Doc) -> None:
         name = c.get("name")
         if name == CONTAINER:
             raise Refused(f"{key} already has a container named {CONTAINER} that is not ours")
-        for p in c.get("ports") or []:
+        for p in _list(c.get("ports"), f"ports of container {name}"):
             if not isinstance(p, dict):
                 continue
             for port_key in ("containerPort", "hostPort"):
-                if p.get(port_key) in taken:
+                if isinstance(p.get(port_key), int) and p[port_key] in taken:
                     raise Refused(f"container {name} declares {port_key} {p[port_key]}, "
                                   f"{taken[p[port_key]]}, which the resolver listens on")
             if str(p.get("name", "")).startswith(f"{CONTAINER}-"):
                 raise Refused(f"container {name} has a port named {p['name']}, a name the resolver uses")
-    for s in ((spec.get("securityContext") or {}).get("sysctls") or []):
+    sysctls = _mapping(spec, "securityContext", "spec.securityContext").get("sysctls")
+    for s in _list(sysctls, "spec.securityContext.sysctls"):
         if isinstance(s, dict) and s.get("name") == manifests.UNPRIVILEGED_PORT_SYSCTL:
             value = str(s.get("value", ""))
             if not (value.isdigit() and int(value) <= 53):
@@ -281,16 +302,18 @@ def _dns(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> b
     conf = spec.get("dnsConfig") or {}
     if not isinstance(conf, dict):
         raise Refused("spec.dnsConfig is not a mapping")
-    own_servers = [str(s) for s in conf.get("nameservers") or [] if str(s) != "127.0.0.1"]
+    own_servers = [str(s) for s in _list(conf.get("nameservers"), "spec.dnsConfig.nameservers")
+                   if str(s) != "127.0.0.1"]
     if own_servers:
         warnings.append(f"the pod's nameservers {', '.join(own_servers)} are replaced by 127.0.0.1; "
                         "route their zones in the settings instead")
     plan = dataclasses.replace(settings.plan, namespace=namespace)
     ours = plan.searches()
-    searches = ours + [str(s) for s in conf.get("searches") or [] if str(s) not in ours]
+    searches = ours + [str(s) for s in _list(conf.get("searches"), "spec.dnsConfig.searches")
+                       if str(s) not in ours]
     if len(searches) > MAX_SEARCHES:
         raise Refused(f"{len(searches)} search domains with the cluster's: more than {MAX_SEARCHES}")
-    options = [dict(o) for o in conf.get("options") or [] if isinstance(o, dict)]
+    options = [dict(o) for o in _list(conf.get("options"), "spec.dnsConfig.options") if isinstance(o, dict)]
     if status_of(pod).get("ndots") == "settings":  # injected before: that ndots was ours
         options = [o for o in options if o.get("name") != "ndots"]
     wanted = _annotations(pod).get(NDOTS)
@@ -314,7 +337,7 @@ def _sysctl(spec: Doc) -> None:
         sc = spec["securityContext"] = {}
     if not isinstance(sc, dict):
         raise Refused("spec.securityContext is not a mapping")
-    sysctls = sc.get("sysctls") or []
+    sysctls = _list(sc.get("sysctls"), "spec.securityContext.sysctls")
     if not any(isinstance(s, dict) and s.get("name") == manifests.UNPRIVILEGED_PORT_SYSCTL for s in sysctls):
         sysctls = [*sysctls, {"name": manifests.UNPRIVILEGED_PORT_SYSCTL, "value": "53"}]
     sc["sysctls"] = sysctls

@@ -50,7 +50,7 @@ def inject_object(obj: Any, settings: Settings, namespace: str) -> tuple[Any, li
     kind = str(obj.get("kind", ""))
     if kind == "List" or (kind.endswith("List") and isinstance(obj.get("items"), list)):
         items, reports = [], []
-        for item in obj.get("items") or []:
+        for item in obj["items"] if isinstance(obj.get("items"), list) else []:
             new, more = inject_object(item, settings, namespace)
             items.append(new)
             reports.extend(more)
