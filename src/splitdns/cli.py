@@ -296,7 +296,7 @@ def _add_plan(p: argparse.ArgumentParser) -> None:
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
 
 
-def _add_inject(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_inject(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser(
         "inject", help="Inject the resolver into the pod templates of Kubernetes YAML.",
         description="Read Kubernetes YAML (files, or stdin when none or `-`; several documents; Pod, "
@@ -315,7 +315,7 @@ def _add_inject(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -
     p.set_defaults(run=_inject)
 
 
-def _add_webhook(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_webhook(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser(
         "webhook", help="Serve the admission webhook that injects the resolver into new pods.",
         description="Serve AdmissionReview v1 over HTTPS (POST /mutate) for pod CREATE: pods labelled "
@@ -344,7 +344,7 @@ def _add_webhook(commands: argparse._SubParsersAction[argparse.ArgumentParser]) 
     p.set_defaults(run=_webhook)
 
 
-def _add_doctor(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def _add_doctor(commands: argparse._SubParsersAction[_Parser]) -> None:
     p = commands.add_parser(
         "doctor", help="List pods that asked for the resolver and run without it, or with old settings.",
         description="Read the cluster (namespaces, pods labelled splitdns.dev/inject=true, the webhook's "
