@@ -261,3 +261,59 @@ def test_the_webhook_needs_only_its_extra_not_the_render_dependencies() -> None:
     loaded = set(json.loads(done.stdout.replace("'", '"')))
     assert "jsonpatch" in loaded
     assert not loaded & {"yaml", "kubernetes_validate", "lightkube", "jsonschema", "httpx"}
+
+
+def test_a_bug_in_one_review_costs_that_review_only(tmp_path: Path) -> None:
+    """The handler's last guard, driven by settings that raise (a stand-in for a bug of ours), in a
+    webhook run in this process over real HTTPS."""
+    import asyncio
+    import http.client
+
+    import trustme
+
+    from splitdns.commands import inject as inject_command
+    from splitdns.commands import render
+    from splitdns.commands import webhook as server
+    from tests.support.processes import free_port
+
+    class Broken(inject.Settings):
+        def status(self, ndots_from_settings: bool = False) -> str:
+            raise RuntimeError("a bug")
+
+    good_settings = inject_command.settings(render.Request(zones=["svc.acme.internal=openvpn"],
+                                                          cluster_dns="10.96.0.10"))
+    broken = Broken(good_settings.plan)
+    ca = trustme.CA()
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    webhook.write_pair(ca, cert, key)
+    port, probe_port = free_port(webhook.HOST), free_port(webhook.HOST)
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    pod = {"metadata": {"name": "p", "labels": {inject.POD_LABEL: "true"}}, "spec": {"containers": []}}
+    body = json.dumps(webhook.admission_review(webhook.pod_request(pod, "shop"))).encode()
+
+    def post() -> tuple[int, str]:
+        conn = http.client.HTTPSConnection(webhook.HOST, port, context=context, timeout=10)
+        try:
+            conn.request("POST", "/mutate", body=body)
+            response = conn.getresponse()
+            return response.status, response.read().decode()
+        finally:
+            conn.close()
+
+    async def scenario() -> tuple[tuple[int, str], tuple[int, str]]:
+        hook = server.Webhook(broken, server.Options(cert=str(cert), key=str(key), host=webhook.HOST,
+                                                     port=port, probe_port=probe_port))
+        runners = await hook.start()
+        try:
+            first = await asyncio.to_thread(post)
+            hook.settings = good_settings
+            second = await asyncio.to_thread(post)
+        finally:
+            for runner in runners:
+                await runner.cleanup()
+        return first, second
+
+    first, second = asyncio.run(scenario())
+    assert first[0] == 500 and "internal error (logged)" in first[1] and "Traceback" not in first[1]
+    assert second[0] == 200 and '"patch"' in second[1]
