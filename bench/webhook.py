@@ -105,6 +105,11 @@ def server_times(log: Path) -> list[float]:
     return out
 
 
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def rss_kib(pid: int) -> tuple[int, int]:
     fields = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines()
                   if ":" in line)
@@ -187,7 +192,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             rows = []
             seen = 0
             for rate in rates:
+                cpu_before = cpu_seconds(process.pid)
                 row = asyncio.run(run_rate(port, context, body, rate, args.seconds))
+                # CPU the webhook spent per review (warm-up included): unlike latency, it does not
+                # depend on how busy the machine is; 1000 / it is what one free core could serve.
+                row["cpu_ms"] = (cpu_seconds(process.pid) - cpu_before) * 1000 / (row["sent"] + 20)
                 row["rss_kib"], row["peak_rss_kib"] = rss_kib(process.pid)
                 served = server_times(work / "server.log")
                 mine, seen = served[seen + 20:], len(served)  # the 20 warm-up reviews left out
@@ -206,12 +215,13 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.seconds:g} s per rate; {CONNECTIONS} keep-alive connections; "
           f"idle RSS {idle_rss[0] / 1024:.1f} MiB")
     print("| rate/s | achieved/s | errors | p50 ms | p99 ms | max ms | in-server p50 ms | in-server p99 ms "
-          "| RSS MiB | peak RSS MiB |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+          "| CPU ms/review | RSS MiB | peak RSS MiB |")
+    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in rows:
         print(f"| {r['rate']:g} | {r['achieved']:.1f} | {r['errors']} | {r['p50_ms']:.2f} "
               f"| {r['p99_ms']:.2f} "
               f"| {r['max_ms']:.2f} | {r['server_p50_ms']:.2f} | {r['server_p99_ms']:.2f} "
+              f"| {r['cpu_ms']:.2f} "
               f"| {r['rss_kib'] / 1024:.1f} | {r['peak_rss_kib'] / 1024:.1f} |")
     return 0
 
