@@ -31,7 +31,7 @@ CASES = sorted(p.name.removesuffix(".yaml") for p in DATA.glob("*.yaml") if ".in
 
 @pytest.fixture(scope="module")
 def hook() -> Any:
-    with webhook.running("--cert-poll", "0.2", "--read-timeout", "1") as running:
+    with webhook.running("--cert-poll", "0.2", "--read-timeout", "1", "--idle-timeout", "3") as running:
         yield running
 
 
@@ -145,6 +145,23 @@ def test_a_slow_client_gets_408_and_others_are_served_meanwhile(hook: webhook.We
     finally:
         slow.close()
     assert reply.startswith("HTTP/1.1 408") and "did not arrive within 1s" in reply
+    good(hook)
+
+
+def test_a_client_stuck_in_its_headers_is_closed_at_the_idle_timeout(hook: webhook.Webhook) -> None:
+    raw = socket.create_connection((webhook.HOST, hook.port), timeout=30)
+    stuck = hook.client_context.wrap_socket(raw, server_hostname=webhook.HOST)
+    try:
+        start = time.monotonic()
+        stuck.sendall(b"POST /mutate HTTP/1.1\r\nHost: x\r\n")
+        for _ in range(4):  # a header now and then, never the end of them
+            good(hook)
+            stuck.sendall(b"X-Slow: 1\r\n")
+            time.sleep(0.25)
+        assert stuck.recv(100) == b""  # closed by the server
+        assert 2.5 < time.monotonic() - start < 20
+    finally:
+        stuck.close()
     good(hook)
 
 

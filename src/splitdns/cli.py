@@ -336,6 +336,9 @@ def _add_webhook(commands: argparse._SubParsersAction[_Parser]) -> None:
                    help="How often to look at the certificate files for a change (default 10).")
     p.add_argument("--read-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="How long a client may take to send a review's body (default 10).")
+    p.add_argument("--idle-timeout", type=float, default=120.0, metavar="SECONDS",
+                   help="Close a connection idle, or stuck in its headers, this long (default 120, above "
+                        "the 90 s after which the API server's HTTP client drops idle connections).")
     p.add_argument("--shutdown-delay", type=float, default=5.0, metavar="SECONDS",
                    help="After SIGTERM, how long to go on serving while /readyz fails (default 5).")
     p.add_argument("--namespace", default="splitdns-system",
@@ -432,6 +435,7 @@ def _webhook(a: argparse.Namespace) -> int:
         return webhook.EXIT_INPUT
     options = webhook.Options(cert=a.cert, key=a.key, host=a.host, port=a.port, probe_port=a.probe_port,
                               cert_poll=a.cert_poll, read_timeout=a.read_timeout,
+                              idle_timeout=a.idle_timeout,
                               shutdown_delay=a.shutdown_delay)
     return webhook.run(settings, options)
 

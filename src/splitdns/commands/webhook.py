@@ -45,6 +45,10 @@ class Options:
     probe_port: int = 8080
     cert_poll: float = 10.0        # seconds between looks at the certificate files
     read_timeout: float = 10.0     # seconds a client may take to send its body
+    # Seconds before a connection that sends nothing, or never finishes its headers, is closed.
+    # Above the 90 s after which Go's HTTP clients (the API server) drop an idle connection
+    # themselves, so we never close one under a review the API server is just sending.
+    idle_timeout: float = 120.0
     max_body: int = 3 * 1024 * 1024  # the API server's own request limit is 3 MiB
     shutdown_delay: float = 5.0    # after SIGTERM: /readyz fails, reviews still served, then drain
     drain: float = 10.0            # seconds in-flight requests get to finish
@@ -191,7 +195,8 @@ class Webhook:
         from aiohttp import web
 
         reviews, probes = self.apps()
-        runners = [web.AppRunner(reviews, access_log=None, shutdown_timeout=self.options.drain),
+        runners = [web.AppRunner(reviews, access_log=None, shutdown_timeout=self.options.drain,
+                                 keepalive_timeout=self.options.idle_timeout),
                    web.AppRunner(probes, access_log=None)]
         for runner in runners:
             await runner.setup()
