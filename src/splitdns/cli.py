@@ -274,12 +274,15 @@ def _add_verify(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.set_defaults(run=_verify)
 
 
-def _add_plan(p: argparse.ArgumentParser) -> None:
-    """The settings an injection carries: zones, cluster DNS, search list, image, sidecar kind."""
+def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
+    """The settings an injection carries: zones, cluster DNS, search list, image, sidecar kind.
+    `corefile` False for the webhook: its image cannot read YAML, and its zones come spelled out."""
     p.add_argument("--zone", action="append", default=[], dest="zones", metavar="ZONE=UPSTREAM[,UPSTREAM]",
                    help="A zone and its upstream addresses, or ZONE=openvpn for the DNS the VPN "
                         "pushes, learned at run time. Repeat for each zone.")
-    p.add_argument("--corefile", metavar="FILE", help="Take zones and upstreams from an existing Corefile.")
+    if corefile:
+        p.add_argument("--corefile", metavar="FILE",
+                       help="Take zones and upstreams from an existing Corefile.")
     p.add_argument("--cluster-dns", metavar="IP",
                    help="The cluster DNS address (kubectl -n kube-system get svc kube-dns).")
     p.add_argument("--probe", action="append", default=[], dest="probes", metavar="ZONE=NAME",
@@ -343,7 +346,7 @@ def _add_webhook(commands: argparse._SubParsersAction[_Parser]) -> None:
                    help="After SIGTERM, how long to go on serving while /readyz fails (default 5).")
     p.add_argument("--namespace", default="splitdns-system",
                    help="The webhook's own namespace, never injected (default splitdns-system).")
-    _add_plan(p)
+    _add_plan(p, corefile=False)
     p.set_defaults(run=_webhook)
 
 

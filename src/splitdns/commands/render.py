@@ -72,8 +72,7 @@ def webhook_settings(flags: list[str], namespace: str) -> Settings:
 
 def build_plan(req: Request) -> Plan:
     """The plan the flags describe (also what `splitdns inject` and `splitdns webhook` inject)."""
-    from splitdns.errors import ConfigError
-    from splitdns.kube import corefile_model, sources
+    from splitdns.kube import corefile_model
     from splitdns.kube.plan import ClusterDNS, PlanError, build, routes_from_corefile, upstream
 
     cluster: ClusterDNS | None = None
@@ -88,6 +87,10 @@ def build_plan(req: Request) -> Plan:
         cluster = read_kube_dns(req.kubeconfig, req.context)
     routes = []
     if req.corefile is not None:
+        # Only here: reading a ConfigMap needs PyYAML, which the webhook's image does not hold.
+        from splitdns.errors import ConfigError
+        from splitdns.kube import sources
+
         try:
             src = sources.corefile_at(req.corefile)
         except FileNotFoundError:
