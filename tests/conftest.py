@@ -1,10 +1,17 @@
-"""Suite-wide: no Python object repr in anything a user reads (tests/support/user_text.py)."""
+"""Suite-wide: no Python object repr in anything a user reads (tests/support/user_text.py);
+and a run counts the product's tests and the tests of the tests' own tools apart.
+
+Tests marked `tooling` check the scripted upstream and the benchmark, not splitdns: they
+protect the product's tests but say nothing about the product. A line before pytest's own
+summary says how many of each passed, failed or were skipped.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import io
 import sys
+from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from typing import TextIO
 
@@ -61,3 +68,27 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+
+
+_TALLIES: Counter[tuple[str, str]] = Counter()
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """As pytest counts: the call's outcome, and a setup or teardown that failed or skipped."""
+    kind = "tooling" if "tooling" in report.keywords else "product"
+    if report.when == "call":
+        _TALLIES[kind, "skipped" if report.skipped else report.outcome] += 1
+    elif report.skipped:
+        _TALLIES[kind, "skipped"] += 1
+    elif report.failed:
+        _TALLIES[kind, "error"] += 1
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not _TALLIES:
+        return
+    parts = []
+    for kind in ("product", "tooling"):
+        counts = [f"{n} {outcome}" for (k, outcome), n in sorted(_TALLIES.items()) if k == kind and n]
+        parts.append(f"{kind} tests: {', '.join(counts) or 'none'}")
+    terminalreporter.write_line("; ".join(parts))

@@ -6,7 +6,6 @@ Fast (a few seconds) and free of timing assertions: figures live in `make bench`
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -20,11 +19,17 @@ import dns.rcode
 import pytest
 from bench import environment, floor, growth, measure, mix, peers, report
 
+from tests.support.prerequisites import need_tools, skip_or_fail
+
 NSD_ADDR, SPLITDNS_ADDR, FLOOR_ADDR = "127.0.0.2", "127.0.0.10", "127.0.0.15"
 
-pytestmark = pytest.mark.skipif(
-    not all(shutil.which(b) for b in ("dnsperf", "nsd", "taskset")),
-    reason="needs dnsperf and nsd (make deps-debian)")
+# These check the benchmark's own tools (counted apart from the product's tests).
+pytestmark = pytest.mark.tooling
+
+
+@pytest.fixture(autouse=True)
+def bench_programs() -> None:
+    need_tools("dnsperf", "nsd", "taskset")
 
 
 def _free_port(addr: str) -> int:
@@ -171,14 +176,13 @@ IO_URING_REFUSED = _io_uring_refused()
 
 
 @pytest.mark.parametrize("factory", [
-    peers.python_floor,
-    pytest.param(peers.python_floor_uring, marks=pytest.mark.skipif(
-        bool(IO_URING_REFUSED), reason=IO_URING_REFUSED or "io_uring usable")),
-])
+    peers.python_floor, peers.python_floor_uring])
 def test_python_floor_relays_misses_and_answers_repeats_from_its_table(
         upstream: peers.Process, tmp_path: Path, factory: peers.Factory) -> None:
     """bench/floor.py is a real server: a miss goes to NSD, a repeat is answered without it;
     with --io-uring too."""
+    if factory is peers.python_floor_uring and IO_URING_REFUSED:
+        skip_or_fail(IO_URING_REFUSED)
     target = f"{upstream.spec.addr}:{upstream.spec.port}"
     spec = factory(tmp_path, FLOOR_ADDR, _free_port(FLOOR_ADDR), target)
     proc = peers.start(spec, tmp_path, None)

@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 from bench import curves, environment, growth, measure, mix, peers, report, run, wakeup
 
+pytestmark = pytest.mark.tooling  # the benchmark's tools, counted apart from the product's tests
+
 
 def test_wakeup_times_hits_at_a_pace_and_in_a_queue_and_every_reply_comes_back() -> None:
     # _per_hit stops with SystemExit on the first round that lacks a reply.

@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from splitdns import config, datagrams, metrics, resolve, server, wire
 from tests.support.hostile import ask_udp
+from tests.support.prerequisites import skip_or_fail
 from tests.support.processes import free_port, scripted_upstream
 
 READERS = [datagrams.Batch, datagrams.OneByOne]
@@ -40,7 +41,7 @@ def sockets(family: socket.AddressFamily,
         listener = socket.socket(family, socket.SOCK_DGRAM)
         listener.bind((host, 0))
     except OSError as err:
-        pytest.skip(f"no {host} here: {err}")
+        skip_or_fail(f"no {host} here: {err}")
     listener.setblocking(False)
     senders = [socket.socket(family, socket.SOCK_DGRAM) for _ in range(clients)]
     try:

@@ -43,6 +43,7 @@ from tests.support.hostile import (
     udp_burst,
     wire_of,
 )
+from tests.support.prerequisites import need_root, need_tools
 from tests.support.processes import free_port, parse_dig, poll_until, scripted_upstream, stop
 from tests.support.resolver import BANNER, http_get, splitdns_serve
 
@@ -262,8 +263,8 @@ def test_h5_no_leak_between_zones(tmp_path: Path) -> None:
 @contextmanager
 def netns() -> Iterator[str]:
     """A network namespace of our own with lo up and a 'pod IP' (192.0.2.53); removed after."""
-    if os.geteuid() != 0 or shutil.which("ip") is None:
-        pytest.skip("needs root and iproute2 for a network namespace")
+    need_root("for a network namespace")
+    need_tools("ip")
     name = f"splitdns-i1-{os.getpid()}-{secrets.token_hex(3)}"
     subprocess.run(["ip", "netns", "add", name], check=True, timeout=10)
     try:
@@ -522,8 +523,7 @@ def test_h3_parallel_a_and_aaaa_use_different_ports(tmp_path: Path) -> None:
 @pytest.mark.hostile
 @pytest.mark.netns
 def test_i2_unprivileged_and_read_only(tmp_path: Path) -> None:
-    if shutil.which("setpriv") is None or shutil.which("unshare") is None:
-        pytest.skip("needs setpriv and unshare (util-linux)")
+    need_tools("setpriv", "unshare", hint="util-linux")
     with netns() as ns:
         subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w",
                         "net.ipv4.ip_unprivileged_port_start=53"], check=True, timeout=10)

@@ -34,6 +34,7 @@ from tests.lab import PodSpec, configs
 from tests.lab.fixtures import require_lab, sigterm_interrupts
 from tests.lab.netns import wait_for
 from tests.support import image_pod, podman
+from tests.support.prerequisites import skip_or_fail
 
 ROOT = Path(__file__).parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
@@ -77,9 +78,7 @@ def require_image_tools() -> None:
     reason = podman.missing_prerequisite()
     if reason is None:
         return
-    if os.environ.get("SPLITDNS_LAB_REQUIRED") == "1":
-        pytest.fail(f"SPLITDNS_LAB_REQUIRED=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+    skip_or_fail(reason)
 
 
 def rendered(tmp: Path, corefile: str = TUNNEL_COREFILE) -> list[image_pod.Doc]:

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
-import pytest
+from tests.support.prerequisites import skip_or_fail
 
 from .netns import run
 from .topology import Lab
@@ -50,9 +50,7 @@ def require_lab() -> None:
     reason = missing_prerequisite()
     if reason is None:
         return
-    if os.environ.get("SPLITDNS_LAB_REQUIRED") == "1":
-        pytest.fail(f"SPLITDNS_LAB_REQUIRED=1 but {reason}", pytrace=False)
-    pytest.skip(reason)
+    skip_or_fail(reason)
 
 
 @contextlib.contextmanager
