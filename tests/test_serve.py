@@ -181,11 +181,11 @@ def test_identical_queries_in_flight_share_one_upstream_query(tmp_path: Path) ->
 def test_malformed_queries_never_crash_the_server(pod_layout: Any) -> None:
     resolver, _, _ = pod_layout
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.settimeout(1)
+        s.settimeout(5)
         s.sendto(b"\x01\x02\x03", ("127.0.0.1", resolver.port))
-        with pytest.raises(TimeoutError):
-            s.recvfrom(512)  # fewer than 12 bytes: no answer at all
         s.sendto(b"\xab\xcd\x01\x00\x00\x01\x00\x00\x00\x00\x00\x00\x07exam", ("127.0.0.1", resolver.port))
+        # The server reads its socket in order: the first reply is to the truncated query, so
+        # the 3-byte packet (fewer than 12 bytes) got no answer at all.
         data, _ = s.recvfrom(512)
         reply = dns.message.from_wire(data)
         assert reply.id == 0xABCD and reply.rcode() == dns.rcode.FORMERR
