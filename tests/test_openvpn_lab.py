@@ -123,7 +123,7 @@ def test_management_interface_learns_the_push_fails_fast_and_follows_a_new_addre
           f"median {statistics.median(base_ms):.2f} -> {statistics.median(cluster_ms):.2f} ms, "
           f"max {max(base_ms):.2f} -> {max(cluster_ms):.2f} ms")
     assert all(r["rcode"] == "SERVFAIL" and "tunnel is down" in str(r["ede"]) for r in down)
-    assert max(tunnel_ms) < 100  # at once: tens of milliseconds at most, never a timeout
+    assert max(tunnel_ms) < 500  # at once (tens of ms, printed above), never the 2 s timeout
     assert all(r["rcode"] == "NXDOMAIN" for r in during)  # answered by the cluster DNS, as before
     assert max(cluster_ms) < 500
 

@@ -72,7 +72,8 @@ def test_tunnel_zone_follows_the_hook_state(tmp_path: Path) -> None:
             splitdns_serve(tmp_path, corefile(cluster.target, state)) as r:
         # No state yet: the zone answers at once, and says why.
         rcode, elapsed, reply = ask(r.port, "db.svc.acme.internal.")
-        assert rcode == "SERVFAIL" and "no state file" in ede_text(reply) and elapsed < 0.1
+        # At once: a quarter of the 2 s read timeout tells "answered now" from "waited it out".
+        assert rcode == "SERVFAIL" and "no state file" in ede_text(reply) and elapsed < 0.5
 
         hook(state, "up", dns_server_1_address_1=vpn_a.addr, dns_server_1_port_1=str(vpn_a.port))
         poll_until("tunnel up", 2, lambda: answered(r.port, "db.svc.acme.internal.", "NOERROR"))
@@ -96,7 +97,7 @@ def test_tunnel_zone_follows_the_hook_state(tmp_path: Path) -> None:
         print(f"tunnel down: SERVFAIL median {1000 * statistics.median(down_times):.2f} ms, max "
               f"{1000 * max(down_times):.2f} ms; cluster p99 before {1000 * p99(baseline):.2f} ms, "
               f"during {1000 * p99(during):.2f} ms")
-        assert max(down_times) < 0.05  # tens of milliseconds, not a timeout
+        assert max(down_times) < 0.5  # at once (tens of ms, printed above), not the 2 s timeout
         assert max(during) < 0.5  # the cluster zone is not held up by the dead tunnel
 
         # Back up with another pushed address: followed within a second.
