@@ -1,12 +1,14 @@
 """Hostile catalogue F-J: cache, load and limits, split routing, security posture, lifecycle.
 
-F2, F3, G2, H4, H5, I1, J1 run in `make test`
-(J1 with a 6 s outage); the rest are `@pytest.mark.hostile`. G3, the soak, is
-tests/hostile_soak.py; H1 is a property test in tests/test_properties.py.
+F1-F4, G2, H2-H5, I1-I3 and J1 (with a 6 s outage) run in `make test` (and so in CI). The
+long load runs and performance figures are `@pytest.mark.hostile` (`make test-hostile`): F5
+(a minute of dnsperf), G1 (throughput), J1 with a 60 s outage, J2 and J3 (start-up times).
+G3, the soak, is tests/hostile_soak.py; H1 is a property test in tests/test_properties.py.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import shutil
@@ -372,7 +374,6 @@ def test_j1_probes_during_a_60s_outage(tmp_path: Path) -> None:
 
 # --- hostile: F1, F4, F5 ----------------------------------------------------------------------
 
-@pytest.mark.hostile
 def test_f1_ttl_cap_decay_and_strange_ttls(tmp_path: Path) -> None:
     rules = [{"qname": f"t{ttl}.public.test", "records": [f"t{ttl}.public.test. {ttl} IN A 192.0.2.1"]}
              for ttl in (86400, 0, 2**31, 2**32 - 1)]
@@ -381,6 +382,7 @@ def test_f1_ttl_cap_decay_and_strange_ttls(tmp_path: Path) -> None:
     cache = "cache 30 {\n success 9984 30 0\n }"
     with split_dns(tmp_path, any_rules=rules, cache=cache) as s:
         got = {}
+        cached_at = time.monotonic()  # t86400 is cached just after this
         for ttl in (86400, 0, 2**31, 2**32 - 1):
             first = s.ask(f"t{ttl}.public.test.")
             second = s.ask(f"t{ttl}.public.test.")
@@ -389,15 +391,16 @@ def test_f1_ttl_cap_decay_and_strange_ttls(tmp_path: Path) -> None:
         mixed = s.ask("mixed.public.test.")
         time.sleep(2.1)
         decayed = s.ask("t86400.public.test.").answer[0].ttl
+        aged = time.monotonic() - cached_at  # at least 2.1 s; more on a busy machine
     figure("F1", f"(served TTL, again, upstream queries) per upstream TTL: {got}; mixed 40/20 served as "
                  f"{[r.ttl for r in mixed.answer]}; after 2 s the capped 30 reads {decayed}")
     assert got[86400][0] == 30 and got[86400][2] == 1
     assert got[0][2] == 2 and got[2**31][2] == 2 and got[2**32 - 1][2] == 2  # TTL 0 (top bit set): not cached
     assert got[2**31][0] == 0 and got[2**32 - 1][0] == 0  # RFC 2181 8: top bit set means zero
-    assert all(r.ttl == 20 for r in mixed.answer) and 27 <= decayed <= 28
+    assert all(r.ttl == 20 for r in mixed.answer)
+    assert 30 - math.ceil(aged) <= decayed <= 28, (decayed, aged)  # decays by the seconds it aged
 
 
-@pytest.mark.hostile
 def test_f4_cache_key_and_case(tmp_path: Path) -> None:
     with split_dns(tmp_path) as s:
         a = s.ask("WWW.Example.TEST.")
@@ -474,7 +477,6 @@ def test_g1_throughput_cached_and_uncached(tmp_path: Path) -> None:
 
 # --- hostile: H2, H3 ------------------------------------------------------------------------
 
-@pytest.mark.hostile
 def test_h2_search_list_storm(tmp_path: Path) -> None:
     soa = "cluster.local. 30 IN SOA ns.cluster.local. h.cluster.local. 1 3600 600 86400 30"
     cluster = [{"suffix": ".", "rcode": "NXDOMAIN", "authority": [soa]}]
@@ -506,7 +508,6 @@ def test_h2_search_list_storm(tmp_path: Path) -> None:
     assert percentile(lookups, 99) < 0.005
 
 
-@pytest.mark.hostile
 def test_h3_parallel_a_and_aaaa_use_different_ports(tmp_path: Path) -> None:
     with split_dns(tmp_path, cache="") as s:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as c:
@@ -529,7 +530,6 @@ def test_h3_parallel_a_and_aaaa_use_different_ports(tmp_path: Path) -> None:
 
 # --- hostile: I2; I3 (core) ------------------------------------------------------------------------
 
-@pytest.mark.hostile
 @pytest.mark.netns
 def test_i2_unprivileged_and_read_only(tmp_path: Path) -> None:
     need_tools("setpriv", "unshare", hint="util-linux")

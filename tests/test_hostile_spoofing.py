@@ -2,8 +2,8 @@
 
 Real resolver process, scripted upstreams on 127.0.0.x that also forge (see the rule format
 in tests/support/scripted_upstream.py). Each test asserts the catalogue's pass criterion and
-prints its figure (`pytest -s`). A1, A2, A4, A6 are in `make test`; the rest are
-`@pytest.mark.hostile` (`make test-hostile`).
+prints its figure (`pytest -s`). A1-A7 are in `make test` (and so in CI); A9, a flood of
+100,000 spoofed replies, is a load run: `@pytest.mark.hostile` (`make test-hostile`).
 """
 
 from __future__ import annotations
@@ -203,7 +203,6 @@ def test_a6_out_of_bailiwick_data_is_never_served(split: Split) -> None:
 CHI2_63_P001 = 103.4  # chi-square critical value, 63 degrees of freedom, p = 0.001
 
 
-@pytest.mark.hostile
 @pytest.mark.any_rules([{"suffix": ".", "records": ["{qname} 60 IN A 192.0.2.1"]}], cache="")
 def test_a3_upstream_ids_are_random_and_never_the_clients(split: Split) -> None:
     n = 10_000
@@ -231,7 +230,6 @@ def test_a3_upstream_ids_are_random_and_never_the_clients(split: Split) -> None:
     assert all(o.reply is not None and o.reply[:2] == b"\x12\x34" for o in both)
 
 
-@pytest.mark.hostile
 @pytest.mark.any_rules([{"qname": "late.public.test", "delay_ms": 1250, "repeat": 2,
                          "records": ["{qname} 60 IN A 192.0.2.99"]},
                         {"suffix": ".", "records": ["{qname} 60 IN A 192.0.2.1"]}],
@@ -261,7 +259,6 @@ def test_a5_late_and_duplicate_replies_answer_nobody_else(split: Split) -> None:
     assert wrong == 0 and late_status == "SERVFAIL"
 
 
-@pytest.mark.hostile
 @pytest.mark.any_rules([{"qname": "x.public.test", "records": ["x.public.test. 60 IN CNAME db.corp.example.",
                                                                f"db.corp.example. 3600 IN A {POISON_A}"]},
                         {"suffix": ".", "records": ["{qname} 60 IN A 192.0.2.1"]}])
