@@ -80,20 +80,21 @@ def random_packet_flood(s: Split, count: int, seed: int) -> dict[str, object]:
     rng = random.Random(seed)
     quiet_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     noisy_sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    target = (RESOLVER, s.r.port)
     for sock in (quiet_sock, noisy_sock):
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
         sock.setblocking(False)
+        sock.connect(target)  # only the resolver's replies arrive (see hostile.ask_udp)
     quiet_replies: list[bytes] = []
     noisy_replies: list[bytes] = []
     probes: list[float] = []
     sent = {"quiet": 0, "noisy": 0}
-    target = (RESOLVER, s.r.port)
     try:
         for batch in range(count // 1000):
             for _ in range(1000):
                 kind, data = garbage(rng)
                 sock = quiet_sock if kind == "quiet" else noisy_sock
-                sock.sendto(data, target)
+                sock.send(data)
                 sent[kind] += 1
                 if sent["quiet"] % 100 == 0:
                     drain(noisy_sock, noisy_replies)

@@ -72,12 +72,17 @@ def wire_of(msg: dns.message.Message | bytes) -> bytes:
 
 def ask_udp(port: int, msg: dns.message.Message | bytes, timeout: float = 3.0,
             addr: str = RESOLVER) -> tuple[bytes | None, float]:
-    """One query on a fresh socket: the reply (None on timeout) and the seconds it took."""
+    """One query on a fresh socket: the reply (None on timeout) and the seconds it took.
+
+    The socket is connected to the resolver, so only its datagrams arrive: on a machine where
+    other tests run, a late reply of another process to a port this socket reuses is dropped
+    by the kernel instead of being taken for the resolver's."""
     assert_loopback(addr)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(timeout)
+        sock.connect((addr, port))
         start = time.monotonic()
-        sock.sendto(wire_of(msg), (addr, port))
+        sock.send(wire_of(msg))
         try:
             data = sock.recv(65535)
         except (TimeoutError, ConnectionRefusedError):
@@ -140,6 +145,7 @@ def udp_burst(port: int, queries: Sequence[bytes], *, per_socket: bool = False,
     otherwise one socket, and query i gets ID i mod 65536, replies matched by ID.
     Waits `timeout` seconds after the last send for stragglers. With extra_replies, a
     second reply to a query is an error (AssertionError): each client gets exactly one.
+    Every socket is connected to the resolver (see ask_udp): what arrives is the resolver's.
     """
     assert_loopback(addr)
     assert len(queries) <= MAX_PACKETS
@@ -153,12 +159,14 @@ def udp_burst(port: int, queries: Sequence[bytes], *, per_socket: bool = False,
             for i in range(len(queries)):
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 s.setblocking(False)
+                s.connect((addr, port))
                 socks.append(s)
                 sel.register(s, selectors.EVENT_READ, i)
         else:
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
             s.setblocking(False)
+            s.connect((addr, port))
             socks.append(s)
             sel.register(s, selectors.EVENT_READ, -1)
         sent_at: list[float] = [0.0] * len(queries)
@@ -180,9 +188,11 @@ def udp_burst(port: int, queries: Sequence[bytes], *, per_socket: bool = False,
                     sock = socks[0]
                 sent_at[i] = time.monotonic()
                 try:
-                    sock.sendto(data, (addr, port))
+                    sock.send(data)
                 except BlockingIOError:
                     break  # our send buffer is full: try again after reading
+                except ConnectionRefusedError:
+                    pass  # an earlier datagram found the port closed: this one goes unanswered
                 next_send += 1
                 if rate is None and next_send % 256 == 0:
                     break  # read in between, so our own receive buffer does not overflow
