@@ -263,9 +263,13 @@ def test_b6_serve_stale(tmp_path: Path) -> None:
         time.sleep(max(0.0, cached_at + 2.2 - time.monotonic()))
         before = upstream_attempts(s, "db.corp.example.")
         stale_times, ttls = [], set()
-        for _ in range(15):  # 1.5 s of clients asking the stale name
+        for _ in range(15):  # 1.5 s of clients asking the stale name, all inside the stale window
+            if time.monotonic() > cached_at + 2 + 3 - 0.5:
+                break  # a busy runner: stop half a second before the window (3 s) closes
             msg, elapsed = s.timed("db.corp.example.")
-            assert msg is not None and rdata(msg) == ["10.8.0.5"], msg
+            assert msg is not None and rdata(msg) == ["10.8.0.5"], \
+                (f"{time.monotonic() - cached_at:.2f} s after caching, {elapsed:.2f} s to answer: "
+                 f"{msg.to_text() if msg else 'no reply'}")
             stale_times.append(elapsed)
             ttls.add(msg.answer[0].ttl)
             time.sleep(0.1)
@@ -275,7 +279,7 @@ def test_b6_serve_stale(tmp_path: Path) -> None:
     figure("B6", f"stale answer (TTL {sorted(ttls)}) in {ms(max(stale_times))} at worst; "
                  f"{refreshes} upstream attempts for 15 stale hits in 1.5 s; after max-stale: "
                  f"{dns.rcode.to_text(after.rcode()) if after else 'no reply'}")
-    assert ttls == {30} and max(stale_times) <= 1.8
+    assert len(stale_times) >= 5 and ttls == {30} and max(stale_times) <= 1.8
     assert refreshes <= 2  # one refresh (of at most 2 attempts) per 30 s per name
     assert after is not None and after.rcode() == dns.rcode.SERVFAIL and not after.answer
 
