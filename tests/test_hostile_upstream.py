@@ -121,6 +121,7 @@ def run_b2(tmp_path: Path, qps: int, seconds: int, code: str) -> None:
         finally:
             stop.set()
             loader.join(10)
+        at_tunnel = [n for n in names_seen(s.tunnel) if not n.endswith("corp.example.") and n != "."]
     ok = outage.rcodes.get("NOERROR", 0) / max(1, outage.sent)
     figure(code, f"cluster zone at {qps} qps (half misses) while the tunnel is blackholed and gets "
                  f"{tunnel_sent[0]} queries at 50 qps: success {ok * 100:.2f} %, p99 {ms(outage.p(99))} "
@@ -128,16 +129,19 @@ def run_b2(tmp_path: Path, qps: int, seconds: int, code: str) -> None:
                  f"(p50 {ms(outage.p(50))} vs {ms(baseline.p(50))})")
     assert baseline.rcodes.get("NOERROR", 0) >= 0.999 * baseline.sent
     assert ok >= 0.999
+    assert at_tunnel == [], f"cluster names sent to the dead tunnel: {at_tunnel[:5]}"
     spilled = sum(1 for t in outage.latencies if t >= SPILLED)
-    assert spilled <= 0.001 * outage.sent, f"{spilled} cluster queries took {SPILLED} s or more"
+    assert spilled <= 0.05 * outage.sent, f"{spilled} cluster queries took {SPILLED} s or more"
 
 
-# A cluster query that spilled onto the dead tunnel would wait out its read_timeout (1.5 s) or
-# fail. The catalogue's target (p99 within 5 ms of the baseline) is a performance figure:
-# figure() prints it (results/hostile.md keeps it), and it is not asserted, since on a busy
-# 2-core runner the outage's own load generators alone move p99 by tens of ms. What is asserted
-# is the behaviour: no more cluster queries than the failures allowed (0.1 %) take 1 s or more.
-SPILLED = 1.0
+# A cluster query that spilled onto the dead tunnel would be sent there, fail, or wait out its
+# read_timeout (1.5 s): all three are checked. The catalogue's target (p99 within 5 ms of the
+# baseline) is a performance figure: figure() prints it (results/hostile.md keeps it), and it is
+# not asserted, since on a busy 2-core runner the outage's own load generators alone move p99 by
+# tens of ms, and a runner with both cores busy stalled every process for over a second once
+# (63 of 1,200 queries at 1.0-1.2 s, all answered). A spill of the misses would put half the
+# queries past 1.5 s; 5 % is the allowance for a stall.
+SPILLED = 1.5
 
 
 # --- B3 ------------------------------------------------------------------------------------
