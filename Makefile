@@ -47,6 +47,10 @@ deps-debian:
 		echo "installing Debian packages:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
+	@# A kubectl for the kubectl-plugin test: Debian's kubernetes-client (1.20), unless one is there.
+	@# (Building the rendered kustomize Component needs kubectl >= 1.21, which Debian does not have.)
+	@command -v kubectl >/dev/null 2>&1 || { echo "installing Debian packages: kubernetes-client"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null; }
 	@# Debian starts the servers it installs; the tests run their own copies on loopback.
 	@for s in nsd unbound; do systemctl stop $$s >/dev/null 2>&1 || true; done
 

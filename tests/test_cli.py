@@ -7,7 +7,6 @@ import argparse
 import os
 import re
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -15,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from splitdns import cli
+from tests.support.prerequisites import need_tools, skip_or_fail
 
 
 def _parsers() -> list[argparse.ArgumentParser]:
@@ -64,7 +64,7 @@ def test_exit_code_lists_keep_their_lines(monkeypatch: pytest.MonkeyPatch) -> No
 def _installed(script: str) -> Path:
     path = Path(sys.executable).parent / script
     if not path.exists():
-        pytest.skip(f"{script} is not installed in this environment (pip install -e . installs it)")
+        skip_or_fail(f"{script} is not installed in this environment (pip install -e . installs it)")
     return path
 
 
@@ -80,8 +80,8 @@ def test_the_kubectl_plugin_script_runs_render_and_names_itself_kubectl_splitdns
     assert usage.startswith("usage: kubectl splitdns verify")
 
 
-@pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not installed")
 def test_kubectl_finds_the_plugin_on_path(tmp_path: Path) -> None:
+    need_tools("kubectl", hint="make deps-debian installs Debian's kubernetes-client")
     plugin = _installed("kubectl-splitdns")
     # No cluster is involved: KUBECONFIG points nowhere, and render reads none.
     env = {**os.environ, "PATH": f"{plugin.parent}{os.pathsep}{os.environ.get('PATH', '')}",
