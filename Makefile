@@ -4,10 +4,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# Debian packages the tests drive for real: clients (dig, kdig, dnsperf), servers used as
+# Debian packages the tests drive for real: clients (dig, dnsperf), servers used as
 # upstreams and peers (nsd, unbound, dnsmasq), dnssec-keygen/-signzone for the signed zones of
 # the differential test, OpenVPN and the namespace plumbing.
-DEBIAN_PACKAGES := bind9-dnsutils bind9-utils knot-dnsutils dnsperf nsd unbound dnsmasq-base openvpn \
+DEBIAN_PACKAGES := bind9-dnsutils bind9-utils dnsperf nsd unbound dnsmasq-base openvpn \
 	iptables iproute2 procps psmisc openssl python3-venv
 # What tests/test_image.py builds and runs the image with: podman (runc as its runtime) and
 # mmdebstrap for a base image made from Debian packages. Installed without recommends: podman's

@@ -45,7 +45,8 @@ def test_every_help_shows_the_defaults() -> None:
             if not (action.option_strings or action.nargs in ("?", "*")):
                 continue
             shown = formatter._expand_help(action)
-            assert str(action.default) in shown, f"{parser.prog} {action.option_strings}: {shown}"
+            default = f"{action.default:g}" if isinstance(action.default, float) else str(action.default)
+            assert default in shown, f"{parser.prog} {action.option_strings}: {shown}"
             checked += 1
     assert checked >= 15
 
@@ -146,7 +147,7 @@ def test_every_positional_argument_says_what_it_is() -> None:
 
 @pytest.mark.parametrize(("argv", "hint"), [
     (["chek", "Corefile"], "invalid choice: chek (choose from serve, demo, check, render, explain, "
-                           "openvpn-hook, verify); did you mean check?"),
+                           "openvpn-hook, verify, inject, webhook, doctor); did you mean check?"),
     (["render", "--resolver", "corends"], "invalid choice: corends (choose from splitdns, coredns); "
                                           "did you mean coredns?"),
     (["check", "--breif", "Corefile"], "splitdns check: error: unrecognized arguments: --breif "

@@ -24,6 +24,7 @@ def scanned_files() -> list[Path]:
         top = ROOT / name
         candidates = [top] if top.is_file() else sorted(top.rglob("*"))
         files += [p for p in candidates if p.is_file() and p.suffix in TEXT and "__pycache__" not in p.parts
+                  and not any(part.endswith(".egg-info") for part in p.parts)  # built, not ours
                   and not p.name.startswith(".") and p != Path(__file__).resolve()]
     return files
 

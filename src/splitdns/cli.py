@@ -37,7 +37,8 @@ class _Help(argparse.HelpFormatter):
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
         default = action.default
-        if (text and default not in (None, False, [], argparse.SUPPRESS) and str(default) not in text
+        shown = f"{default:g}" if isinstance(default, float) else str(default)  # 10.0 reads "10"
+        if (text and default not in (None, False, [], argparse.SUPPRESS) and shown not in text
                 and (action.option_strings or action.nargs in ("?", "*"))):
             # Inside the sentence: "The cluster domain (default: cluster.local)."
             stop = "." if text.endswith(".") else ""
@@ -311,7 +312,8 @@ def _add_inject(commands: argparse._SubParsersAction[_Parser]) -> None:
         epilog="exit codes:\n  0  every pod template injected (or already)\n"
                "  1  some were left alone (the reasons on stderr)\n"
                "  2  bad input or settings (the message says what)")
-    p.add_argument("files", nargs="*", metavar="FILE")
+    p.add_argument("files", nargs="*", metavar="FILE",
+                   help="A YAML file to inject, or `-` for stdin (the default when none is given).")
     p.add_argument("--namespace", "-n", default="default",
                    help="The namespace of objects that name none, for their search list (default default).")
     _add_plan(p)
@@ -332,7 +334,8 @@ def _add_webhook(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--tls-cert", required=True, dest="cert", metavar="FILE",
                    help="The serving certificate (PEM).")
     p.add_argument("--tls-key", required=True, dest="key", metavar="FILE", help="Its private key (PEM).")
-    p.add_argument("--listen", default="0.0.0.0", dest="host", help="The address to listen on (default all).")
+    p.add_argument("--listen", default="0.0.0.0", dest="host",
+                   help="The address to listen on; 0.0.0.0 is every IPv4 address of the pod.")
     p.add_argument("--port", type=int, default=8443, help="The HTTPS port for reviews (default 8443).")
     p.add_argument("--probe-port", type=int, default=8080, help="The plain-HTTP port for probes and metrics.")
     p.add_argument("--cert-poll", type=float, default=10.0, metavar="SECONDS",
