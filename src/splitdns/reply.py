@@ -199,8 +199,9 @@ def owner(data: bytes, pos: int) -> bytes:
     return bytes(out.lower()) + b"\x00"
 
 
-def _name(data: bytes, pos: int, n: int) -> int:
-    """The offset after the name at `pos`, or -1 if it breaks a rule (RFC 9267, dnspython's)."""
+def _name(data: bytes, pos: int, n: int, floor: int = wire.HEADER.size) -> int:
+    """The offset after the name at `pos`, or -1 if it breaks a rule (RFC 9267, dnspython's).
+    `floor`: no pointer may target an offset below it (the message's header, by default)."""
     end = -1
     part = pos       # where the part of the name being read starts: the name, then each target
     stop = n         # the name's bytes lie before this: a target may not run into the part that
@@ -225,8 +226,10 @@ def _name(data: bytes, pos: int, n: int) -> int:
             if end < 0:
                 end = pos + 2
             hops += 1
-            # Strictly backwards, each before the last one's target; a bounded chain.
-            if target >= part or hops > MAX_POINTER_HOPS:
+            # Strictly backwards, each before the last one's target; a bounded chain. Never into
+            # the header, which dnspython allows: we rewrite its ID and flags, and a name read
+            # there would change under a client's eyes.
+            if target < floor or target >= part or hops > MAX_POINTER_HOPS:
                 return -1
             stop = part
             part = pos = target
