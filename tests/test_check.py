@@ -69,10 +69,10 @@ def test_a_catch_all_forwarding_to_resolv_conf_is_the_self_loop_trap(tmp_path: P
 def test_text_format_is_file_line_code_severity_message_then_why_and_fix(
         capsys: pytest.CaptureFixture[str]) -> None:
     bad = CASES / "SD103" / "bad" / "Corefile"
-    assert cli.main(["check", str(bad)]) == 2
+    assert cli.main(["check", str(bad)]) == 1  # warnings only: a stub-only server is legitimate
     lines = capsys.readouterr().out.splitlines()
     match = LINE.match(lines[0])
-    assert match and match["file"] == str(bad) and match["code"] == "SD103" and match["severity"] == "error"
+    assert match and match["file"] == str(bad) and match["code"] == "SD103" and match["severity"] == "warning"
     assert lines[1].startswith("    why: ") and lines[2].startswith("    fix: ")
 
 

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import os
 import re
 import sys
 import textwrap
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
 from splitdns import __version__
+
+EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): not 1 or 2, which commands use for findings and bad input
 
 
 class _Help(argparse.HelpFormatter):
@@ -76,8 +80,13 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     parser = _Parser(
         prog=prog,
         description="An in-pod split-DNS resolver for pods with an OpenVPN sidecar.",
+        epilog=f"exit codes common to every command:\n  {EXIT_INTERNAL}  internal error: a bug in "
+               "splitdns, not in your input; one line names the input and the error (the traceback "
+               "with --debug or SPLITDNS_DEBUG=1). Please report it.",
     )
     parser.add_argument("--version", action="version", version=f"splitdns {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="On an internal error, print the traceback (also: SPLITDNS_DEBUG=1).")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     commands.required = True
 
@@ -459,7 +468,13 @@ def main(argv: Sequence[str] | None = None, prog: str = "splitdns") -> int:
         _unrecognized(parser, args.command, unknown)
     if getattr(args, "target", None) and args.kubectl:
         _parser(prog).error("verify: give the pod once, as TARGET or as --kubectl")
-    code: int = args.run(args)
+    try:
+        code: int = args.run(args)
+    except Exception as err:  # a bug of ours: say so in one line, with its own exit code
+        if args.debug or os.environ.get("SPLITDNS_DEBUG", "") not in ("", "0"):
+            traceback.print_exc()
+        print(internal_error(args, err), file=sys.stderr)
+        return EXIT_INTERNAL
     return code
 
 
@@ -480,3 +495,20 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str, unknown: list[s
 def kubectl_plugin() -> int:
     """`kubectl-splitdns` on PATH makes `kubectl splitdns ...` run splitdns (krew-style plugins)."""
     return main(prog="kubectl splitdns")
+
+
+def internal_error(args: argparse.Namespace, err: BaseException) -> str:
+    """One line: the command, the input it was reading, what went wrong, where to look next."""
+    inputs = [str(x) for name in ("files", "conf", "corefile", "state") for x in _listed(args, name)]
+    what = f" while reading {', '.join(inputs)}" if inputs else ""
+    detail = " ".join(str(err).split()) or "no message"
+    return (f"splitdns {args.command}: internal error{what}: {type(err).__name__}: {detail} "
+            f"(a bug in splitdns; exit {EXIT_INTERNAL}; rerun with --debug or SPLITDNS_DEBUG=1 for the "
+            "traceback and report it)")
+
+
+def _listed(args: argparse.Namespace, name: str) -> list[object]:
+    value = getattr(args, name, None)
+    if value is None:
+        return []
+    return list(value) if isinstance(value, list) else [value]

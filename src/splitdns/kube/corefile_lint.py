@@ -78,7 +78,8 @@ def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
             and not any(b.is_root for b in model.blocks):
         add(src.line(model.blocks[0].where), "SD103",
             "no `.` block: names outside " + ", ".join(z for b in model.blocks for z in b.zones)
-            + " get REFUSED, and this resolver is the pod's only nameserver")
+            + " get REFUSED (fine for a stub-only server or a piece to import; not as the pod's only "
+            "nameserver)")
     if effective == "splitdns" and not any(f.code in _WRITES_CONFIG_ERRORS for f in out):
         out.extend(_resolver_verdict(src))
     return out

@@ -44,10 +44,11 @@ _TABLE = (
          "the file is read once at start and holds whatever the pod's dnsPolicy put there; under "
          "dnsPolicy: None it is 127.0.0.1, the resolver itself.",
          "forward to an explicit address (the kube-dns Service IP); `splitdns render` reads it for you."),
-    Code("SD103", ERROR, "no catch-all block",
-         "a name no zone owns gets REFUSED, and the in-pod resolver is the pod's only nameserver, so "
-         "every public name and every zone you forgot fails.",
-         "add a `.:53 { forward . CLUSTER_DNS_IP }` block as the catch-all."),
+    Code("SD103", WARNING, "no catch-all block",
+         "a name no zone owns gets REFUSED; when this resolver is the pod's only nameserver, every "
+         "public name and every zone you forgot fails. Fine for a stub-only server that another "
+         "resolver asks only for its zones, or a piece imported into a Corefile that has the `.` block.",
+         "add a `.:53 { forward . CLUSTER_DNS_IP }` block as the catch-all (or import this file into one)."),
     Code("SD104", ERROR, "catch-all forwarded into the tunnel",
          "every name the pod looks up, the VPN server's own name included, then depends on the tunnel: "
          "the VPN cannot reconnect after a drop (OpenVPN#281) and cluster names leak into it.",

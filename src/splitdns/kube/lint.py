@@ -77,11 +77,14 @@ def _resolver(choice: str, pods: list[Workload]) -> str:
 
 
 def _tunnel_test(src: CorefileSource, inputs: Inputs) -> corefile_lint.IsTunnel:
-    """An upstream is the tunnel when an OpenVPN config says so, or when a private zone (not the
-    cluster's, not `.`) forwards to the same address: that zone's server is behind the VPN."""
+    """An upstream is the tunnel when an OpenVPN config routes it through the VPN, or, where a tunnel
+    is in sight (an OpenVPN config given, or an `openvpn` block in this Corefile), when a private zone
+    (not the cluster's, not `.`) forwards to the same address: that zone's server is behind the VPN.
+    Without a tunnel, a private zone and `.` sharing an upstream is just a shared upstream."""
     private: dict[str, str] = {}
-    for block in src.model.blocks:
-        if block.is_root or not block.zones or any(z.endswith(_NOT_PRIVATE) for z in block.zones):
+    tunnel_in_sight = bool(inputs.vpn_configs) or any(b.tunnel for b in src.model.blocks)
+    for block in src.model.blocks if tunnel_in_sight else ():
+        if not block.zones or block.is_root or any(z.endswith(_NOT_PRIVATE) for z in block.zones):
             continue
         for fwd in block.forwards:
             for up in fwd.spec.upstreams:
@@ -120,6 +123,8 @@ def _tunnel_owner(model: Model, host: str, is_tunnel: corefile_lint.IsTunnel) ->
     by_zone: dict[int, Block] = {}
     zones = []
     for block in model.blocks:
+        if not block.zones:
+            continue  # its keys did not parse; check reports that
         zone = Zone(block.to_config_block())
         by_zone[id(zone)] = block
         zones.append(zone)
