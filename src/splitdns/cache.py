@@ -8,6 +8,7 @@ and a few byte patches (`wire.render`). Never touches a socket or a clock.
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Mapping
 
@@ -38,7 +39,13 @@ class Cache:
         self._denial: OrderedDict[bytes, Entry] = OrderedDict()
         self._holds: dict[bytes, float] = {}  # stale keys: no upstream refresh before this time
         self._zones = tuple(wire.name_to_wire(zone) for zone in spec.zones)  # `cache TTL ZONES`
+        self._no_success = tuple(wire.name_to_wire(z) for z in spec.disable_success_zones)
+        self._no_denial = tuple(wire.name_to_wire(z) for z in spec.disable_denial_zones)
+        # prefetch: key -> (asks in a row without a gap of prefetch_duration, the last ask)
+        self._popularity: dict[bytes, tuple[int, float]] = {}
+        self._prefetching: dict[bytes, float] = {}  # key -> no second prefetch before this time
         self.evictions = 0
+        self.prefetches = 0
 
     def __len__(self) -> int:
         return len(self._success) + len(self._denial)
@@ -65,6 +72,7 @@ class Cache:
             return entry
         if age >= ttl + self._stale_window(kind):
             self._forget(key, table)
+            self._popularity.pop(key, None)
         return None
 
     def table_of(self, entry: Entry) -> Mapping[bytes, Entry]:
@@ -93,7 +101,7 @@ class Cache:
         """Store a validated upstream reply if it may be cached; the entry, or None."""
         if reply.flags & wire.TC or not self._covers(name):
             return None
-        kind, ttl = self._classify(reply)
+        kind, ttl = self._classify(reply, name)
         if kind is None or ttl <= 0:
             return None  # TTL 0: use once, never cache (RFC 1035 3.2.1, RFC 2181 8)
         entry = entries.make(reply.stored, reply.offsets, kind, ttl, now)
@@ -113,23 +121,42 @@ class Cache:
         key, entry = table.popitem(last=False)  # the least recently used; O(1) on an OrderedDict
         self.bytes -= _cost(key, entry)
         self._holds.pop(key, None)
+        self._popularity.pop(key, None)
         self.evictions += 1
+
+    def prefetch_due(self, key: bytes, entry: Entry, now: float) -> bool:
+        """Count a hit on a fresh entry; True once when it is popular and nearly expired, so the
+        caller asks the upstream again (CoreDNS's `prefetch`). The new reply replaces the entry
+        through `put`, and the entry stays popular: its count carries over."""
+        spec = self.spec
+        asks, last = self._popularity.get(key, (0, now))
+        asks = asks + 1 if now - last < spec.prefetch_duration else 1
+        self._popularity[key] = (asks, now)
+        if asks < spec.prefetch_amount or self._prefetching.get(key, 0.0) > now:
+            return False
+        stored, ttl = entries.timing(entry)
+        left = ttl - (now - stored)
+        if left > max(1.0, math.ceil(spec.prefetch_percentage * ttl / 100)):
+            return False
+        self._prefetching[key] = now + left  # one refresh per entry; a failed one is not retried
+        self.prefetches += 1
+        return True
 
     def _covers(self, name: bytes) -> bool:
         return not self._zones or any(wire.is_subdomain(name, zone) for zone in self._zones)
 
-    def _classify(self, reply: Reply) -> tuple[str | None, float]:
+    def _classify(self, reply: Reply, name: bytes) -> tuple[str | None, float]:
         spec = self.spec
         rcode = reply.rcode()
         if rcode == dns.rcode.SERVFAIL:
             return (SERVFAIL, spec.servfail_ttl) if spec.servfail_ttl > 0 else (None, 0)
         if rcode == dns.rcode.NOERROR and reply.answer:
-            if spec.disable_success:
+            if spec.disable_success and _under(name, self._no_success):
                 return None, 0
             return SUCCESS, _clamp(reply.min_ttl or 0, spec.success_min_ttl, spec.success_ttl)
         if rcode in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
             soa = reply.soa_ttl
-            if soa is None or spec.disable_denial:
+            if soa is None or (spec.disable_denial and _under(name, self._no_denial)):
                 return None, 0  # RFC 2308: a negative answer without SOA is not cached
             return DENIAL, _clamp(soa, spec.denial_min_ttl, spec.denial_ttl)
         return None, 0
@@ -152,6 +179,12 @@ class Cache:
         if old is not None:
             self.bytes -= _cost(key, old)
             self._holds.pop(key, None)
+            self._prefetching.pop(key, None)
+
+
+def _under(name: bytes, zones: tuple[bytes, ...]) -> bool:
+    """`disable` without zones covers every name."""
+    return not zones or any(wire.is_subdomain(name, zone) for zone in zones)
 
 
 def _cost(key: bytes, entry: Entry) -> int:

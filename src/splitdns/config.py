@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import functools
 import ipaddress
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from splitdns.directives._args import domain_name
 from splitdns.errors import ConfigError, Location
 
 DEFAULT_PORT = 53
+_CIDR = re.compile(r"[0-9a-fA-F.:]+/[0-9]+")  # what CoreDNS would read as a network
 
 SUPPORTED = ("bind", "cache", "errors", "forward", "health", "hosts", "limits", "loadbalance", "log",
              "loop", "openvpn", "private_addresses", "prometheus", "ready", "reload", "rewrite",
@@ -236,8 +238,15 @@ def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], 
         port = int(port_text)
     if not host:
         host = "."
-    if "/" in host:
+    if "/" in host and _CIDR.fullmatch(host):
         return _reverse_zones(where, host), port
+    if "/" in host:
+        # Not a network: a name, as CoreDNS keeps it, such as an RFC 2317 classless reverse zone
+        # (32/27.104.21.172.in-addr.arpa), reached through the CNAMEs its parent zone publishes.
+        try:
+            return [domain_name(host, slash=True)], port
+        except ValueError as err:
+            raise ConfigError(where, f"{host!r} is neither a network nor a zone name ({err})") from None
     try:
         return [domain_name(host)], port
     except ValueError as err:

@@ -150,8 +150,9 @@ def _statements(tokens: list[Token], pos: int, top: bool,
                 raise ConfigError(tok.where, "unexpected '}' because no matching opening brace")
             return out, pos + 1
         if tok.text == "{" and not tok.quoted:
-            if top and out and out[-1].body is None:
-                # A block's opening brace may stand on the line after its keys.
+            if out and out[-1].body is None:
+                # An opening brace may stand on the line after its keys or its directive
+                # (Caddy's parser takes a `{` before it looks for the end of the line).
                 late_body, pos = _body(tokens, pos)
                 out[-1] = Statement(out[-1].tokens, late_body)
                 continue

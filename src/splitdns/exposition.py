@@ -105,6 +105,9 @@ class _CacheFamilies:
                                              labels=["server", "type", "zones", "view"])
         self.stale = CounterMetricFamily("coredns_cache_served_stale", "The number of requests served "
                                          "from stale cache entries.", labels=["server", "zones", "view"])
+        self.prefetch = CounterMetricFamily(
+            "coredns_cache_prefetch", "The number of times the cache has prefetched a cached item.",
+            labels=["server", "zones", "view"])
 
     def add(self, server: str, zone: Zone) -> None:
         if zone.cache is None:
@@ -118,9 +121,11 @@ class _CacheFamilies:
         self.requests.add_metric([server, zones, ""], zone.stats.cache_hits + zone.stats.cache_misses)
         self.evictions.add_metric([server, "success", zones, ""], zone.cache.evictions)
         self.stale.add_metric([server, zones, ""], zone.stats.served_stale)
+        self.prefetch.add_metric([server, zones, ""], zone.stats.prefetches)
 
     def families(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        yield from (self.entries, self.hits, self.misses, self.requests, self.evictions, self.stale)
+        yield from (self.entries, self.hits, self.misses, self.requests, self.evictions, self.stale,
+                    self.prefetch)
 
 
 class _UpstreamFamilies:

@@ -3,11 +3,14 @@
 `log`:    [INFO] {remote}:{port} - {id} "{type} {class} {name} {proto} {size} {do} {bufsize}"
           {rcode} {rflags} {rsize} {duration}
 `errors`: [ERROR] plugin/errors: {rcode-number} {name} {type}: {error}
+
+`log NAMES FORMAT` fills a template of CoreDNS's placeholders instead (`templated_line`).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import struct
 import sys
 from typing import TextIO
@@ -41,6 +44,34 @@ def query_line(q: wire.Query, remote: tuple[str, int] | tuple[str, int, int, int
     return (f'[INFO] {remote[0]}:{remote[1]} - {q.id} "{qtype} IN {name} {proto} {size} '
             f'{str(q.do).lower()} {q.payload}" {rcode} {_flags(reply)} {len(reply)} '
             f"{seconds:.9f}s")
+
+
+COMMON = ('{remote}:{port} - {>id} "{type} {class} {name} {proto} {size} {>do} {>bufsize}" '
+          '{rcode} {>rflags} {rsize} {duration}')
+COMBINED = COMMON + ' "{>opcode}"'
+_PLACEHOLDER = re.compile(r"\{(>?[a-z]+|/[^{}]*)\}")
+
+
+def templated_line(q: wire.Query, remote: tuple[str, int] | tuple[str, int, int, int], proto: str,
+                   size: int, reply: bytes, seconds: float, template: str) -> str:
+    """A `log . FORMAT` line: CoreDNS's placeholders replaced, unknown ones kept as written,
+    metadata labels (`{/label}`) as `-` since no plugin here sets metadata."""
+    host = f"[{remote[0]}]" if ":" in remote[0] else remote[0]
+    rcode = dns.rcode.to_text(dns.rcode.Rcode(reply[3] & 0xF)) if len(reply) >= 4 else "-"
+    values = {
+        "type": dns.rdatatype.to_text(dns.rdatatype.RdataType.make(q.qtype)), "class": "IN",
+        "name": wire.wire_to_text(q.question[:-4]), "proto": proto, "remote": host, "local": "-",
+        "size": str(size), "port": str(remote[1]), "duration": f"{seconds:.9f}s", "rcode": rcode,
+        "rsize": str(len(reply)), ">rflags": _flags(reply), ">bufsize": str(q.payload),
+        ">do": str(q.do).lower(), ">id": str(q.id), ">opcode": str((q.flags >> 11) & 0xF),
+    }
+    text = template.replace("{common}", COMMON).replace("{combined}", COMBINED)
+
+    def fill(match: re.Match[str]) -> str:
+        key = match.group(1)
+        return "-" if key.startswith("/") else values.get(key, match.group(0))
+
+    return "[INFO] " + _PLACEHOLDER.sub(fill, text)
 
 
 def error_line(rcode: int, name: str, qtype: str, error: str, as_json: bool) -> str:

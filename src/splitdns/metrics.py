@@ -55,6 +55,7 @@ class ZoneStats:
     cache_hits: int = 0
     cache_misses: int = 0
     served_stale: int = 0
+    prefetches: int = 0  # cache `prefetch` refreshes started
     upstream: defaultdict[tuple[str, str], Histogram] = field(
         default_factory=lambda: defaultdict(Histogram))
     loops_detected: int = 0

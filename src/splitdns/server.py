@@ -318,9 +318,28 @@ class Server:
         hits.append((zone, q.qtype, out[3] & 0xF))
         if zone.block.log is not None:
             self._log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
+        elif held is None and zone.cache is not None and zone.cache.spec.prefetch_amount:
+            self._prefetch(zone, q, entry, listener.router, now)  # every hit counts: no memo
         else:
             listener.router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now, held, turns)
         return True
+
+    def _prefetch(self, zone: resolve.Zone, q: wire.Query, entry: Entry,
+                  router: resolve.Router, now: float) -> None:
+        """A popular entry close to its expiry: ask the upstream again in the background."""
+        assert zone.cache is not None
+        if not zone.cache.prefetch_due(q.key, entry, now):
+            return
+        rewritten = None
+        if zone.local is not None:  # ask upstream what a miss would ask (rewrite)
+            made = zone.local.decide(q)
+            if isinstance(made, bytes):
+                return  # answered by the block itself now: nothing to fetch
+            rewritten = made
+        fwd = zone.forward_for(q.name if rewritten is None else rewritten.query.name)
+        if fwd is not None:
+            zone.stats.prefetches += 1
+            self._spawn(self._refresh(zone, fwd, q, router, rewritten, "prefetching a popular answer"))
 
     def _count_hits(self, repeats: list[Remembered], rendered: list[Tally], listener: Listener,
                     start: float) -> None:
@@ -389,6 +408,8 @@ class Server:
             entry = zone.cache.get(q.key, now)
             if entry is not None:
                 zone.stats.cache_hits += 1
+                if zone.cache.spec.prefetch_amount:
+                    self._prefetch(zone, q, entry, listener.router, now)
                 return entries.render(entry, entries.remaining(entry, now), q), zone
             zone.stats.cache_misses += 1
         rewritten = None
@@ -440,10 +461,11 @@ class Server:
         return await self._exchange(zone, fwd, q)
 
     async def _refresh(self, zone: resolve.Zone, fwd: resolve.ForwardState, q: wire.Query,
-                       router: resolve.Router, rewritten: Rewritten | None = None) -> None:
+                       router: resolve.Router, rewritten: Rewritten | None = None,
+                       why: str = "refreshing a stale answer") -> None:
         done, _ = await self._merged(zone, fwd, q, router, rewritten)
         if done.error is not None:
-            self._log_error(zone.block, q, done.rcode, f"refreshing a stale answer: {done.error}")
+            self._log_error(zone.block, q, done.rcode, f"{why}: {done.error}")
 
     def account(self, zone: resolve.Zone | None, q: wire.Query, listener: Listener, addr: datagrams.Peer,
                 proto: str, size: int, out: bytes, start: float) -> None:
@@ -530,9 +552,16 @@ class Server:
         assert block.log is not None
         rcode = out[3] & 0xF
         kind = "error" if rcode not in (0, 3) else ("denial" if rcode == 3 else "success")
-        if "all" in block.log.classes or kind in block.log.classes:
-            logs.emit(logs.query_line(q, addr, proto, size, out, self.clock() - start,
-                                      block.log.json))
+        spec = block.log
+        if "all" not in spec.classes and kind not in spec.classes:
+            return
+        if spec.names != (".",) and not any(wire.is_subdomain(q.name, n) for n in spec.wire_names):
+            return
+        seconds = self.clock() - start
+        if spec.template is not None:
+            logs.emit(logs.templated_line(q, addr, proto, size, out, seconds, spec.template))
+        else:
+            logs.emit(logs.query_line(q, addr, proto, size, out, seconds, spec.json))
 
     @staticmethod
     def _log_error(block: Block, q: wire.Query, rcode: int, error: str) -> None:

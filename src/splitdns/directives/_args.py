@@ -49,12 +49,13 @@ def zone(st: Statement, text: str, what: str) -> str:
 _LABEL_CHARACTERS = frozenset(string.ascii_lowercase + string.digits + "-_*")
 
 
-def domain_name(text: str) -> str:
+def domain_name(text: str, slash: bool = False) -> str:
     """`text` lower-cased and fully qualified; ValueError says what breaks RFC 1035's limits.
 
     By hand rather than with dns.name: dnspython's name module imports importlib.metadata,
     which costs this process 6 MiB of its 30 MiB when idle (bench/). Zone names in a
-    Corefile are host names; an internationalised one is written in its xn-- form.
+    Corefile are host names; an internationalised one is written in its xn-- form. `slash`
+    also allows `/`, for RFC 2317 classless reverse zones (`32/27.104.21.172.in-addr.arpa`).
     """
     name = text.lower().removesuffix(".")
     if not name:
@@ -65,7 +66,7 @@ def domain_name(text: str) -> str:
             raise ValueError("an empty label (two dots in a row, or a leading dot)")
         if len(label) > 63:
             raise ValueError(f"the label {label[:20]!r}... is longer than 63 characters")
-        odd = sorted(set(label) - _LABEL_CHARACTERS)
+        odd = sorted(set(label) - _LABEL_CHARACTERS - ({"/"} if slash else set()))
         if odd:
             idn = not all(c.isascii() for c in odd)
             raise ValueError(f"{''.join(odd)!r} is not allowed in a zone name (letters, digits, '-', '_', "

@@ -7,13 +7,20 @@ Syntax (CoreDNS's):
         denial CAPACITY [TTL] [MINTTL]
         servfail DURATION
         serve_stale [DURATION] [immediate|verify]
-        disable success|denial
+        prefetch AMOUNT [DURATION [PERCENTAGE%]]
+        disable success|denial [ZONES...]
     }
 
 `cache 30` caps both positive and negative TTLs at 30 seconds, as in CoreDNS. Unlike
 CoreDNS, no TTL is raised by default (MINTTL 0, where CoreDNS has 5): an authority's TTL 0
 is relayed as 0 and never cached, a TTL 2 is served as 2 (RFC 1035 3.2.1, RFC 2181 8). An
 explicit MINTTL still sets a floor for those who want one.
+
+`prefetch`: an entry asked AMOUNT times with no gap of DURATION (default 1m) or more between
+two asks is popular; when a hit finds less than PERCENTAGE (10% to 90%, default 10%) of its
+TTL left, or at the latest 1 s before it expires, the upstream is asked again in the
+background, so clients keep getting hits. `disable` with ZONES stops caching that kind only
+for names under them.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from splitdns.directives import _args
 from splitdns.errors import ConfigError
 
 USAGE = "cache [TTL] [ZONES...] [{ options }]"
-OPTIONS = ("success", "denial", "servfail", "serve_stale", "disable")
+OPTIONS = ("success", "denial", "servfail", "serve_stale", "prefetch", "disable")
 DEFAULT_CAPACITY = 9984
 MIN_CAPACITY = 1024
 
@@ -44,6 +51,11 @@ class CacheSpec:
     serve_stale_verify: bool = False  # verify: ask upstream first, stale only on failure
     disable_success: bool = False
     disable_denial: bool = False
+    disable_success_zones: tuple[str, ...] = ()  # with disable_success: only these (empty: all)
+    disable_denial_zones: tuple[str, ...] = ()
+    prefetch_amount: int = 0         # 0: off
+    prefetch_duration: float = 60.0  # the longest gap between two asks of a popular entry
+    prefetch_percentage: int = 10    # refresh when this much of the TTL is left
 
 
 def parse(st: Statement) -> CacheSpec:
@@ -83,9 +95,25 @@ def _option(opt: Statement, out: dict[str, object]) -> None:
                 raise ConfigError(opt.where, f"serve_stale: {args[1]!r} is not immediate or verify")
             out["serve_stale_verify"] = args[1] == "verify"
     elif name == "disable":
-        _args.arity(opt, 1, 1, "disable success|denial")
+        _args.arity(opt, 1, None, "disable success|denial [ZONES...]")
         if args[0] not in ("success", "denial"):
             raise ConfigError(opt.where, f"disable: {args[0]!r} is not success or denial")
         out[f"disable_{args[0]}"] = True
+        out[f"disable_{args[0]}_zones"] = tuple(_args.zone(opt, z, "disable ZONE") for z in args[1:])
+    elif name == "prefetch":
+        _prefetch(opt, out)
     else:
         raise _args.unknown_option(opt, "cache", OPTIONS)
+
+
+def _prefetch(opt: Statement, out: dict[str, object]) -> None:
+    usage = "prefetch AMOUNT [DURATION [PERCENTAGE%]]"
+    _args.arity(opt, 1, 3, usage)
+    out["prefetch_amount"] = _args.integer(opt, opt.args[0], "prefetch AMOUNT")  # 0: off, as in CoreDNS
+    if len(opt.args) > 1:
+        out["prefetch_duration"] = _args.duration(opt, opt.args[1], "prefetch DURATION")
+    if len(opt.args) > 2:
+        text = opt.args[2]
+        if not text.endswith("%"):
+            raise ConfigError(opt.where, f"prefetch: {text!r} needs its percent sign, like 10%")
+        out["prefetch_percentage"] = _args.integer(opt, text[:-1], "prefetch PERCENTAGE", 10, 90)

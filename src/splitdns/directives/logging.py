@@ -2,17 +2,22 @@
 
 Syntax:
 
-    errors [{ format coredns|json }]
-    log [{ format coredns|json; class success|denial|error|all... }]
+    errors [stdout] [{ format coredns|json }]
+    log [NAMES...] [FORMAT] [{ format coredns|json; class success|denial|error|all... }]
+
+As in CoreDNS, one argument to `log` is a name; with more, the last one is the FORMAT when it
+holds a `{` (`{common}`, `{combined}` or a template of placeholders such as `{name}`).
 """
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 from splitdns.corefile import Statement
 from splitdns.directives import _args
 from splitdns.errors import ConfigError
+from splitdns.wire import name_to_wire
 
 CLASSES = ("success", "denial", "error", "all")
 FORMATS = ("coredns", "json")
@@ -27,10 +32,20 @@ class ErrorsSpec:
 class LogSpec:
     classes: frozenset[str] = frozenset({"all"})
     json: bool = False
+    names: tuple[str, ...] = (".",)  # log only queries for names under these
+    template: str | None = None      # None: CoreDNS's Common Log Format
+
+    @functools.cached_property
+    def wire_names(self) -> tuple[bytes, ...]:
+        return tuple(name_to_wire(n) for n in self.names)
 
 
 def parse_errors(st: Statement) -> ErrorsSpec:
-    _args.arity(st, 0, 0, "errors [{ format coredns|json }]")
+    _args.arity(st, 0, 1, "errors [stdout] [{ format coredns|json }]")
+    if st.args and st.args[0] != "stdout":
+        # CoreDNS takes `stdout` (its errors go to standard output); ours go to stderr, as
+        # every line of a container's log does.
+        raise ConfigError(st.where, f"errors: {st.args[0]!r} is not a log destination; only stdout")
     json = False
     for opt in st.body or ():
         if opt.name != "format":
@@ -40,10 +55,11 @@ def parse_errors(st: Statement) -> ErrorsSpec:
 
 
 def parse_log(st: Statement) -> LogSpec:
-    if st.args:
-        raise ConfigError(
-            st.where, "log: names and custom formats are not supported; use `log` alone"
-        )
+    args = list(st.args)
+    template: str | None = None
+    if len(args) > 1 and "{" in args[-1]:
+        template = _template(args.pop())
+    names = tuple(_args.zone(st, a, "log NAME") for a in args) or (".",)
     classes: set[str] = set()
     json = False
     for opt in st.body or ():
@@ -57,7 +73,14 @@ def parse_log(st: Statement) -> LogSpec:
             json = _format(opt)
         else:
             raise _args.unknown_option(opt, "log", ("class", "format"))
-    return LogSpec(classes=frozenset(classes or {"all"}), json=json)
+    if template is not None and json:
+        raise ConfigError(st.where, "log: a FORMAT and `format json` exclude each other")
+    return LogSpec(classes=frozenset(classes or {"all"}), json=json, names=names, template=template)
+
+
+def _template(text: str) -> str | None:
+    """None for the Common Log Format (what `log` writes by default), else the template."""
+    return None if text == "{common}" else text
 
 
 def _format(opt: Statement) -> bool:
