@@ -19,7 +19,8 @@ bytes get the client's ID, spelling and flags and a counted-down TTL (`wire.rend
 That is the hot path, and it never builds a dnspython message.
 
 On a miss, the block's first `forward` whose FROM covers the name (and no `except`
-excludes it) takes the query; if none does, SERVFAIL, as CoreDNS's "no next plugin". The
+excludes it) takes the query; if none does, SERVFAIL, as CoreDNS's "no next plugin". A
+reply whose rcode that forward's `next` lists goes on to the next covering forward. The
 shell merges identical queries already in flight, so one upstream exchange answers them
 all. An `Exchange` then walks the upstreams in policy order: each `Send` says which
 upstream, over UDP or TCP, and for how long to wait; the shell does it with a fresh
@@ -329,6 +330,14 @@ class Zone:
             if fwd.covers(name):
                 return fwd
         return None
+
+    def handed_on(self, fwd: ForwardState, name: bytes, done: Done) -> ForwardState | None:
+        """`next RCODE`: the forward after `fwd` (file order) that covers `name`, when the reply's
+        rcode is one `fwd` hands on; None when the reply stands (no reply, no such forward)."""
+        if done.reply is None or done.reply.rcode() not in fwd.spec.next_rcodes:
+            return None
+        later = self.forwards[self.forwards.index(fwd) + 1:]
+        return next((f for f in later if f.covers(name)), None)
 
     def store(self, q: wire.Query, done: Done, now: float) -> Entry | None:
         """Cache an exchange's reply if it may be cached; done once per upstream exchange."""

@@ -503,7 +503,16 @@ class Server:
         zone.pending += 1
         try:
             asked = q if rewritten is None else rewritten.query
-            done = resolve.unrewrite(await self._exchange(zone, fwd, asked), rewritten)
+            done = await self._exchange(zone, fwd, asked)
+            handed = zone.handed_on(fwd, asked.name, done)
+            while handed is not None:  # `next RCODE`: the next forward line asks its upstreams
+                handed.inflight += 1
+                try:
+                    done = await self._exchange(zone, handed, asked)
+                finally:
+                    handed.inflight -= 1
+                handed = zone.handed_on(handed, asked.name, done)
+            done = resolve.unrewrite(done, rewritten)
             done = resolve.scrub(done, zone, router)
             done, removed = zone.without_private(done)
             if removed:

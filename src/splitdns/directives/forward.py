@@ -13,6 +13,7 @@ Syntax (CoreDNS's, minus DoH, gRPC and hostnames):
         max_concurrent INTEGER
         max_connect_attempts INTEGER
         failover RCODE...
+        next RCODE...
         failfast_all_unhealthy_upstreams [off]
         expire DURATION
         tls_servername NAME
@@ -32,6 +33,10 @@ SERVFAIL with the reason at once until a health probe gets a reply. In a pod, wa
 the timeouts on every query of a dead zone is the stall the application cannot afford.
 `failfast_all_unhealthy_upstreams off` gives CoreDNS's behaviour back (try one upstream
 anyway); `max_fails 0` never marks an upstream down.
+
+`next RCODE...`: a reply with one of these rcodes hands the query to the block's next
+`forward` line (in file order) that covers the name, as CoreDNS hands it to its next
+`forward` plugin; with none, the reply stands.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ MAX_UPSTREAMS = 15
 POLICIES = ("random", "round_robin", "sequential")
 OPTIONS = (
     "except", "force_tcp", "prefer_udp", "policy", "max_fails", "health_check",
-    "read_timeout", "max_concurrent", "max_connect_attempts", "failover",
+    "read_timeout", "max_concurrent", "max_connect_attempts", "failover", "next",
     "failfast_all_unhealthy_upstreams", "expire", "tls_servername", "tls",
 )
 TLS_PORT = 853
@@ -102,6 +107,7 @@ class ForwardSpec:
     max_concurrent: int = 0
     max_connect_attempts: int | None = None  # None: twice the number of upstreams
     failover: frozenset[int] = frozenset()
+    next_rcodes: frozenset[int] = frozenset()  # `next`: hand these replies to the next forward
     failfast_all_unhealthy: bool = True  # CoreDNS: False (see the module docstring)
     expire: float = 10.0
     line: str = ""                    # file:line, for messages
@@ -227,6 +233,9 @@ def _option(opt: Statement, out: dict[str, object]) -> None:
     elif name == "failover":
         _args.arity(opt, 1, None, "failover RCODE...")
         out["failover"] = frozenset(_rcode(opt, a) for a in args)
+    elif name == "next":
+        _args.arity(opt, 1, None, "next RCODE...")
+        out["next_rcodes"] = frozenset(_rcode(opt, a, noerror=True) for a in args)
     else:
         raise _args.unknown_option(opt, "forward", OPTIONS)
 
@@ -246,12 +255,12 @@ def _health_check(opt: Statement, out: dict[str, object]) -> None:
             raise ConfigError(opt.where, f"health_check: unexpected {word!r}; usage: {usage}")
 
 
-def _rcode(opt: Statement, text: str) -> int:
+def _rcode(opt: Statement, text: str, noerror: bool = False) -> int:
     try:
-        code = dns.rcode.from_text(text)
+        code = dns.rcode.from_text(text.upper())
     except dns.rcode.UnknownRcode:
-        raise ConfigError(opt.where, f"failover: unknown rcode {text!r}") from None
-    if code == dns.rcode.NOERROR:
+        raise ConfigError(opt.where, f"{opt.name}: unknown rcode {text!r}") from None
+    if code == dns.rcode.NOERROR and not noerror:
         raise ConfigError(opt.where, "failover: NOERROR cannot trigger a failover")
     return int(code)
 

@@ -62,8 +62,8 @@ def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
 
     for block in model.blocks:
         for name, err in block.errors:
-            if resolver == "coredns" and name == "forward":
-                continue  # CoreDNS accepts hostnames, https:// and more that splitdns refuses
+            if resolver == "coredns" and _coredns_accepts(name, block):
+                continue
             add(src.line(err.where), "SD100", err.message)
     cluster = src.context == CLUSTER
     effective = "coredns" if cluster else resolver
@@ -83,6 +83,18 @@ def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
     if effective == "splitdns" and not any(f.code in _WRITES_CONFIG_ERRORS for f in out):
         out.extend(_resolver_verdict(src))
     return out
+
+
+# Server keys CoreDNS serves and splitdns does not (DNS over TLS, HTTPS, gRPC, QUIC).
+_COREDNS_SCHEMES = ("tls://", "https://", "grpc://", "quic://", "https3://")
+
+
+def _coredns_accepts(what: str, block: Block) -> bool:
+    """Whether CoreDNS takes what splitdns refused here: `forward` to hostnames or https://
+    upstreams; `bind` to interface names; server keys of the schemes CoreDNS serves."""
+    if what in ("forward", "bind"):
+        return True
+    return what == "keys" and any(k.text.startswith(_COREDNS_SCHEMES) for k in block.keys)
 
 
 def _resolver_verdict(src: CorefileSource) -> list[Finding]:
@@ -149,6 +161,8 @@ def _forwards(block: Block, src: CorefileSource, pods: list[PodResolvConf], add:
                 add(line, "SD101", config.self_forward_message(spec, up, core))
         for earlier in block.forwards[:i]:
             parent = earlier.spec
+            if parent.next_rcodes:
+                continue  # `next` hands some replies on to the lines after it
             if is_subdomain(name_to_wire(spec.origin), name_to_wire(parent.origin)) and not any(
                     is_subdomain(name_to_wire(spec.origin), name_to_wire(e)) for e in parent.excepts):
                 add(line, "SD106", f"forward {spec.origin} comes after forward {parent.origin} (line "
