@@ -97,9 +97,10 @@ EXPECTED: dict[str, Expect] = {
     "LukeShortCloud__container-coredns-unbound": Expect(("unbound",)),
     "Luzifer__dns": Expect(("alias", "auto")),
     # `ready 80`: CoreDNS wants host:port there too.
-    "MrRoundRobin__AzurePrivateLinkResolver": Expect(("minimal", "nsid", "alternate", "chaos", "coredns-refuses"), (
-        ("LOG_CLASS", "error"), ("CACHE_TTL", "30"), ("NSID", "aplr"), ("ADDITIONAL_ZONES", "example.internal"),
-        ("PUBLIC_RESOLVER", "1.1.1.1"))),
+    "MrRoundRobin__AzurePrivateLinkResolver": Expect(
+        ("minimal", "nsid", "alternate", "chaos", "coredns-refuses"),
+        (("LOG_CLASS", "error"), ("CACHE_TTL", "30"), ("NSID", "aplr"),
+         ("ADDITIONAL_ZONES", "example.internal"), ("PUBLIC_RESOLVER", "1.1.1.1"))),
     "Muriel2Horak__oig-proxy": Expect(("hosts",)),
     "NicolaiSoeborg__CensurDNS": Expect(("debug", "bind-interface", "metadata", "rrl", "sqlite")),
     "Roimartinezr__coredns-dns-local": Expect(("file",)),
