@@ -94,7 +94,8 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
         "serve", help="Run the resolver configured by a Corefile.",
         description="Run the resolver configured by a Corefile. Accepts CoreDNS's -conf and "
                     "-dns.port, so a pod spec written for CoreDNS works unchanged. Exit codes: "
-                    "0 stopped cleanly, 1 could not start (port in use, ...), 2 bad Corefile.")
+                    "0 stopped cleanly, 1 could not start (port in use, ...), 2 bad Corefile, "
+                    "70 internal error.")
     p.add_argument("-conf", "--conf", dest="conf", default="Corefile",
                    help="The Corefile to load (default: ./Corefile).")
     p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=53,
@@ -134,7 +135,8 @@ def _add_check(commands: argparse._SubParsersAction[_Parser]) -> None:
                     "FILE:LINE: CODE SEVERITY MESSAGE, each followed by why it matters and the fix. "
                     "A Corefile the resolver would refuse is reported as FILE:LINE: SD100 error MESSAGE.",
         epilog="exit codes:\n  0  no finding (or only info)\n  1  warnings, no error\n"
-               "  2  at least one error (also: a bad --kube-version or command line)")
+               "  2  at least one error (also: a bad --kube-version or command line)\n"
+               "  70 internal error (a bug in splitdns, not in the files)")
     p.add_argument("files", nargs="+", metavar="FILE",
                    help="Corefiles, Kubernetes YAML and OpenVPN client configs (.ovpn, .conf).")
     p.add_argument("--resolver", choices=("auto", "splitdns", "coredns"), default="auto",
@@ -165,7 +167,8 @@ def _add_render(commands: argparse._SubParsersAction[_Parser]) -> None:
                     "that adds the DNS part to an existing Deployment. --cluster-wide writes instead "
                     "the server block to add to the cluster's CoreDNS, for the private zones only.",
         epilog="exit codes:\n  0  written\n  1  the kube-dns Service could not be read\n"
-               "  2  the inputs are incomplete or wrong (the message says what to add)")
+               "  2  the inputs are incomplete or wrong (the message says what to add)\n"
+               "  70 internal error (a bug in splitdns)")
     p.add_argument("--zone", action="append", default=[], dest="zones", metavar="ZONE=UPSTREAM[,UPSTREAM]",
                    help="A zone and its upstream addresses, or ZONE=openvpn for the DNS the VPN "
                         "pushes, learned at run time. Repeat for each zone.")
@@ -218,7 +221,8 @@ def _add_explain(commands: argparse._SubParsersAction[_Parser]) -> None:
         "explain", help="Say which block, forward and upstreams answer a name, and why.",
         description="Say which server block answers NAME, which forward and upstreams, and why (a zone "
                     "owns a name only when it is the name's last whole labels), also for names no "
-                    "block owns. Exit codes: 0 explained, 2 the Corefile cannot be read or parsed.")
+                    "block owns. Exit codes: 0 explained, 2 the Corefile cannot be read or parsed, "
+                    "70 internal error.")
     p.add_argument("name", metavar="NAME", help="The name to explain, or an address (its reverse name).")
     p.add_argument("-conf", "--conf", dest="conf", default="Corefile",
                    help="The Corefile (default ./Corefile).")
@@ -236,7 +240,7 @@ def _add_openvpn_hook(commands: argparse._SubParsersAction[_Parser]) -> None:
                     "writes them, with up or down, atomically to the state file that an `openvpn { "
                     "state FILE }` block of splitdns serve watches. Exit codes: 0 written, 1 the file "
                     "could not be written (OpenVPN then stops the connection), 2 not run by OpenVPN "
-                    "as an up or down script.")
+                    "as an up or down script, 70 internal error.")
     p.add_argument("--state", required=True, metavar="FILE", help="The state file to write.")
     p.add_argument("openvpn_args", nargs="*", help=argparse.SUPPRESS)
     p.set_defaults(run=_openvpn_hook)
@@ -258,7 +262,8 @@ def _add_verify(commands: argparse._SubParsersAction[_Parser]) -> None:
                "  5  names resolve, connections time out: routing\n"
                "  6  the pod spec is wrong (worked before the replacement and not after, or the "
                "pod's resolv.conf does not name only 127.0.0.1)\n"
-               "  7  names resolve, the service refuses connections")
+               "  7  names resolve, the service refuses connections\n"
+               "  70 internal error (a bug in splitdns)")
     p.add_argument("target", nargs="?", metavar="TARGET",
                    help="A pod to run in, as for --kubectl (deploy/app, pod/NAME): `kubectl splitdns "
                         "verify deploy/app`.")
