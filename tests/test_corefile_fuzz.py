@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from splitdns import cli, config, resolve
 from splitdns.errors import ConfigError
 from splitdns.kube import lint
+from tests.support import user_text
 
 KEYS = [".", "example.org", "svc.acme.internal", "cluster.local", "in-addr.arpa", "10.in-addr.arpa",
         "32/27.104.21.172.in-addr.arpa", "0/25.2.0.192.in-addr.arpa", "10.0.0.0/8", "172.16.0.0/12",
@@ -148,6 +149,8 @@ def test_an_internal_error_exits_70_with_one_line_naming_the_input(
     assert ("Traceback" in err) == (debug is not None)
     if debug is None:
         assert err.count("\n") == 1
+    else:
+        user_text.take()  # the traceback was asked for: its frames may show reprs, by design
 
 
 def test_exit_70_is_documented_in_help(capsys: pytest.CaptureFixture[str]) -> None:
