@@ -90,3 +90,27 @@ def test_next_hands_an_nxdomain_to_the_next_forward_line(tmp_path: Path) -> None
         assert (handed.status, handed.rdata) == ("NOERROR", ["192.0.2.2"])
         assert [q["qname"] for q in a.queries() if "qname" in q] == ["host.old.example.", "new.example."]
         assert [q["qname"] for q in b.queries() if "qname" in q] == ["new.example."]
+
+
+def test_prefetch_in_a_rewriting_block_asks_the_rewritten_name(tmp_path: Path) -> None:
+    # A prefetch goes upstream as a miss would: under the name `rewrite` makes of the client's.
+    rules = [{"suffix": ".", "records": [f"{{qname}} {TTL} IN A 192.168.240.10"]}]
+    text = """svc.acme.internal short {{
+        rewrite name suffix .short .svc.acme.internal answer auto
+        cache {{
+            success 1024 3600 1
+            prefetch 1 10s 50%
+        }}
+        forward . {target}
+    }}"""
+    with scripted_upstream(tmp_path, rules) as up, \
+            splitdns_serve(tmp_path, text.format(target=up.target)) as r:
+        answers = []
+        end = time.monotonic() + 2 * TTL
+        while time.monotonic() < end and len(answers) < 60:
+            out = dig("db.short", server="127.0.0.1", port=r.port)
+            answers.append((out.status, out.rdata, out.question))
+            time.sleep(0.2)
+        asked = [q["qname"] for q in up.queries() if "qname" in q]
+    assert all(a == ("NOERROR", ["192.168.240.10"], [("db.short.", "A")]) for a in answers), answers
+    assert len(asked) >= 2 and set(asked) == {"db.svc.acme.internal."}, asked
