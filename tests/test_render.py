@@ -97,7 +97,7 @@ def test_goldens_pass_strict_schema(version: str) -> None:
 
 def test_strict_validation_catches_a_typo() -> None:
     doc = list(yaml.safe_load_all((GOLDEN / "deployment" / "splitdns.yaml").read_text()))[1]
-    dns = doc["spec"]["template"]["spec"]["initContainers"][1]
+    dns = next(c for c in doc["spec"]["template"]["spec"]["initContainers"] if c["name"] == "dns")
     dns["readinesProbe"] = dns.pop("readinessProbe")
     with pytest.raises(kubernetes_validate.ValidationError, match="readinesProbe"):
         kubernetes_validate.validate(doc, "1.33", strict=True)

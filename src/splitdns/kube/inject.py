@@ -9,7 +9,9 @@ together, or the pod is returned unchanged with the reason. A pod that is not in
 plain cluster DNS, which is what makes `failurePolicy: Ignore` safe.
 
 The Corefile travels in the pod spec itself (an environment variable of the resolver container that
-`splitdns serve --corefile-env` reads), so no ConfigMap is needed in the pod's namespace.
+`splitdns serve --corefile-env` reads), so no ConfigMap is needed in the pod's namespace. `render`'s
+deployment and component forms ship a ConfigMap instead (`Settings.configmap`): the container is
+then `dns`, mounts it and keeps the resolver's own endpoint ports, which is what those forms document.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from splitdns.kube.plan import Plan
 Doc = dict[str, Any]
 
 CONTAINER = "splitdns"
+MOUNTED_CONTAINER = "dns"  # the name with a ConfigMap-mounted Corefile (`verify -c`'s default)
 COREFILE_ENV = "SPLITDNS_COREFILE"
 NAMESPACE_LABEL = "splitdns.dev/injection"   # on a Namespace: "enabled"
 POD_LABEL = "splitdns.dev/inject"            # on a pod (template): "true" to ask, "false" to refuse
@@ -37,6 +40,7 @@ NDOTS = "splitdns.dev/ndots"                 # optional per-pod ndots
 HEALTH_PORT, READY_PORT = 15380, 15381
 ALWAYS_EXCLUDED = ("kube-system", "kube-public", "kube-node-lease")
 MAX_SEARCHES = 32  # the API server's limit (Kubernetes >= 1.28)
+PORT_SYSCTL = {"name": manifests.UNPRIVILEGED_PORT_SYSCTL, "value": "53"}
 # A pod that runs to completion: a classic sidecar would keep it running forever.
 _COMPLETING = ("Never", "OnFailure")
 
@@ -49,9 +53,25 @@ class Settings:
     image: str = manifests.DEFAULT_IMAGE
     sidecar: str = "native"
     excluded_namespaces: tuple[str, ...] = ALWAYS_EXCLUDED
+    # Empty: the Corefile is an env var of the container. A name: it is that ConfigMap's `Corefile`
+    # key, mounted (a changed ConfigMap then reaches running pods, through the resolver's `reload`).
+    configmap: str = ""
+
+    @property
+    def container(self) -> str:
+        return MOUNTED_CONTAINER if self.configmap else CONTAINER
+
+    @property
+    def ports(self) -> dict[int, str]:
+        """What the resolver listens on, for the conflict check."""
+        health, ready = (manifests.HEALTH_PORT, manifests.READY_PORT) if self.configmap else \
+            (HEALTH_PORT, READY_PORT)
+        return {53: "port 53", health: "the resolver's health port", ready: "its ready port"}
 
     @cached_property
     def corefile(self) -> str:
+        if self.configmap:
+            return corefiles.in_pod(self.plan)
         text = corefiles.in_pod(self.plan, health=f":{HEALTH_PORT}", ready=f":{READY_PORT}",
                                 by="splitdns inject")
         # No file to watch: a new Corefile reaches the pod only with a new pod.
@@ -61,6 +81,7 @@ class Settings:
     def digest(self) -> str:
         """The settings' fingerprint in the status annotation: what changes the injected pod."""
         data = {"corefile": self.corefile, "image": self.image, "sidecar": self.sidecar,
+                **({"configmap": self.configmap} if self.configmap else {}),
                 "ndots": self.plan.ndots, "cluster_domain": self.plan.cluster_domain}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -198,23 +219,27 @@ def _containers(spec: Doc) -> list[tuple[str, int, Doc]]:
 
 
 def _is_ours(c: Doc) -> bool:
-    env = c.get("env")
-    return c.get("name") == CONTAINER and isinstance(env, list) and any(
-        isinstance(e, dict) and e.get("name") == COREFILE_ENV for e in env)
+    """Ours by name and by how it gets its Corefile: the env var, or the ConfigMap volume."""
+    env, mounts = c.get("env"), c.get("volumeMounts")
+    if c.get("name") == CONTAINER:
+        return isinstance(env, list) and any(isinstance(e, dict) and e.get("name") == COREFILE_ENV
+                                             for e in env)
+    return c.get("name") == MOUNTED_CONTAINER and isinstance(mounts, list) and any(
+        isinstance(m, dict) and m.get("name") == manifests.COREFILE_VOLUME for m in mounts)
 
 
 def _ours(spec: Doc) -> list[tuple[str, int]]:
     return [(key, i) for key, i, c in _containers(spec) if _is_ours(c)]
 
 
-def _refuse_conflicts(spec: Doc) -> None:
-    taken = {53: "port 53", HEALTH_PORT: "the resolver's health port", READY_PORT: "its ready port"}
+def _refuse_conflicts(spec: Doc, settings: Settings) -> None:
+    taken = settings.ports
     for key, _i, c in _containers(spec):
         if _is_ours(c):
             continue
         name = c.get("name")
-        if name == CONTAINER:
-            raise Refused(f"{key} already has a container named {CONTAINER} that is not ours")
+        if name == settings.container:
+            raise Refused(f"{key} already has a container named {name} that is not ours")
         for p in _list(c.get("ports"), f"ports of container {name}"):
             if not isinstance(p, dict):
                 continue
@@ -238,7 +263,7 @@ def _refuse_conflicts(spec: Doc) -> None:
 
 def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> None:
     spec: Doc = pod["spec"]
-    _refuse_conflicts(spec)
+    _refuse_conflicts(spec, settings)
     for key, i in reversed(_ours(spec)):  # re-injection: ours is rebuilt, in first place
         del spec[key][i]
     if spec.get("initContainers") == []:
@@ -260,6 +285,11 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
                             "cannot resolve names")
     ndots_from_settings = _dns(pod, namespace, settings, warnings)
     _sysctl(spec)
+    if settings.configmap:
+        volumes = [v for v in _list(spec.get("volumes"), "spec.volumes")
+                   if not (isinstance(v, dict) and v.get("name") == manifests.COREFILE_VOLUME)]
+        spec["volumes"] = [{"name": manifests.COREFILE_VOLUME, "configMap": {"name": settings.configmap}},
+                           *volumes]
     meta = pod.setdefault("metadata", {})
     if not isinstance(meta, dict):
         raise Refused("metadata is not a mapping")
@@ -273,7 +303,10 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
 
 def _container(settings: Settings) -> Doc:
     plan = settings.plan
-    base = manifests.dns_container(plan, manifests.Options(image=settings.image, sidecar=settings.sidecar))
+    base = manifests.dns_container(plan, manifests.Options(image=settings.image, coredns_image=settings.image,
+                                                           sidecar=settings.sidecar))
+    if settings.configmap:  # as it is: the Corefile mounted at CoreDNS's path, the default ports
+        return base
     ports = {"health": f"{CONTAINER}-health", "ready": f"{CONTAINER}-ready"}
     container: Doc = {
         "name": CONTAINER,
@@ -339,5 +372,5 @@ def _sysctl(spec: Doc) -> None:
         raise Refused("spec.securityContext is not a mapping")
     sysctls = _list(sc.get("sysctls"), "spec.securityContext.sysctls")
     if not any(isinstance(s, dict) and s.get("name") == manifests.UNPRIVILEGED_PORT_SYSCTL for s in sysctls):
-        sysctls = [*sysctls, {"name": manifests.UNPRIVILEGED_PORT_SYSCTL, "value": "53"}]
+        sysctls = [*sysctls, dict(PORT_SYSCTL)]
     sc["sysctls"] = sysctls

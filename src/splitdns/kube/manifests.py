@@ -1,12 +1,11 @@
-"""Manifests as data: the ConfigMap, the DNS container and the pod-spec changes, a full Deployment,
-and a kustomize Component that adds the DNS part to an existing Deployment.
+"""Manifests as data: the ConfigMap, the DNS and vpn containers, and the kustomize Component around
+render's patch. The pod-spec changes themselves are the injection's (`inject`), for every form.
 
 Plain dicts in the order a reader expects (apiVersion, kind, metadata, spec); YAML is `yamlio`'s job.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -114,29 +113,6 @@ def startup_path(plan: Plan) -> str:
     return "/ready?" + "&".join(f"zone={z}" for z in zones)
 
 
-PORT_SYSCTL: Doc = {"name": UNPRIVILEGED_PORT_SYSCTL, "value": "53"}
-
-
-def dns_pod_spec(plan: Plan, sysctls: bool = True) -> Doc:
-    """The pod-level fields the split needs: one nameserver, the search list the cluster would give,
-    and (unless the caller merges it in another way) the sysctl that lets a non-root process bind 53."""
-    spec: Doc = {
-        "dnsPolicy": "None",
-        "dnsConfig": {
-            "nameservers": ["127.0.0.1"],
-            "searches": plan.searches(),
-            "options": [{"name": "ndots", "value": str(plan.ndots)}],
-        },
-    }
-    if sysctls:
-        spec["securityContext"] = {"sysctls": [dict(PORT_SYSCTL)]}
-    return spec
-
-
-def _volume(opts: Options) -> Doc:
-    return {"name": COREFILE_VOLUME, "configMap": {"name": opts.configmap}}
-
-
 def vpn_container(plan: Plan, opts: Options) -> Doc:
     args = ["--config", "/etc/openvpn/client/client.conf"]
     if any(r.tunnel for r in plan.routes):
@@ -156,64 +132,8 @@ def vpn_container(plan: Plan, opts: Options) -> Doc:
     return container
 
 
-def deployment(plan: Plan, opts: Options, corefile: str) -> Doc:
-    """A full example: app + vpn + dns, the VPN first so the tunnel zone can come up."""
-    dns = dns_container(plan, opts)
-    vpn = vpn_container(plan, opts)
-    app = {"name": "app", "image": opts.app_image}
-    spec: Doc = dns_pod_spec(plan)
-    if opts.sidecar == "native":
-        spec["initContainers"] = [vpn, dns]
-        spec["containers"] = [app]
-    else:
-        spec["containers"] = [dns, vpn, app]
-    spec["volumes"] = [
-        _volume(opts),
-        {"name": "openvpn-client", "secret": {"secretName": "openvpn-client"}},
-        {"name": "dev-tun", "hostPath": {"path": "/dev/net/tun", "type": "CharDevice"}},
-    ]
-    labels = {"app": opts.name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": opts.name, "labels": labels},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels, "annotations": _pod_annotations(plan, corefile)},
-                "spec": spec,
-            },
-        },
-    }
-
-
-def _pod_annotations(plan: Plan, corefile: str) -> Doc:
-    # The Corefile's hash in the pod template makes a changed Corefile roll the pods, instead of
-    # waiting minutes for the kubelet to sync the ConfigMap volume.
-    digest = hashlib.sha256(corefile.encode()).hexdigest()
-    return {ANNOTATION_OWNERS: owners(plan), ANNOTATION_COREFILE: digest}
-
-
-def _containers_key(opts: Options) -> str:
+def containers_key(opts: Options) -> str:
     return "initContainers" if opts.sidecar == "native" else "containers"
-
-
-def patch(plan: Plan, opts: Options) -> Doc:
-    """A strategic-merge patch that adds the DNS part to an existing Deployment named opts.name.
-    The sysctl is not in it: a strategic merge replaces a pod's `sysctls` list (it has no merge
-    key), so the component appends it with a replacement instead (`sysctl_replacement`)."""
-    spec: Doc = dns_pod_spec(plan, sysctls=False)
-    dns = dns_container(plan, opts)
-    dns["env"] = [dict(PORT_SYSCTL)]  # the replacement's source: a {name, value} pair, quoted "53"
-    spec[_containers_key(opts)] = [dns]
-    spec["volumes"] = [_volume(opts)]
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": opts.name},
-        "spec": {"template": {"metadata": {"annotations": {ANNOTATION_OWNERS: owners(plan)}}, "spec": spec}},
-    }
 
 
 def component(plan: Plan, opts: Options, corefile: str, patch_text: str) -> Doc:
@@ -237,7 +157,7 @@ def sysctl_replacement(opts: Options) -> Doc:
     `create` on a `[name=...]` path appends an element (or updates that one sysctl) where a strategic
     merge would replace the list. The element is copied whole from the dns container's env, so
     its value stays the string "53" (a scalar copied into a created field would turn into a number)."""
-    path = f"spec.template.spec.{_containers_key(opts)}.[name=dns].env.[name={UNPRIVILEGED_PORT_SYSCTL}]"
+    path = f"spec.template.spec.{containers_key(opts)}.[name=dns].env.[name={UNPRIVILEGED_PORT_SYSCTL}]"
     return {
         "source": {"kind": "Deployment", "name": opts.name, "fieldPath": path},
         "targets": [{

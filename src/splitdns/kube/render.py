@@ -8,12 +8,16 @@ stdout the files are concatenated.
 
 from __future__ import annotations
 
+import hashlib
+from typing import Any
+
 from splitdns import __version__
-from splitdns.kube import corefiles, manifests, yamlio
+from splitdns.kube import corefiles, inject, manifests, yamlio
 from splitdns.kube.manifests import Options
 from splitdns.kube.plan import Plan
 
 FORMS = ("deployment", "component", "cluster-wide")
+Doc = dict[str, Any]
 
 
 def _header(plan: Plan, opts: Options, what: str, before: list[str | list[str]]) -> str:
@@ -39,9 +43,70 @@ def _header(plan: Plan, opts: Options, what: str, before: list[str | list[str]])
     return "".join(f"# {line}\n" for line in lines)
 
 
+def inject_settings(plan: Plan, opts: Options) -> inject.Settings:
+    """The injection's settings for render's forms: the Corefile from the ConfigMap opts.configmap."""
+    image = opts.coredns_image if plan.resolver == "coredns" else opts.image
+    return inject.Settings(plan, image=image, sidecar=opts.sidecar, configmap=opts.configmap)
+
+
+def _injected(template: Doc, plan: Plan, opts: Options) -> Doc:
+    outcome = inject.inject(template, plan.namespace, inject_settings(plan, opts))
+    if not outcome.injected:  # render's own pods never conflict with the resolver
+        raise AssertionError(f"render's pod template was not injected: {outcome.reason}")
+    return outcome.pod
+
+
+def deployment_doc(plan: Plan, opts: Options, corefile: str) -> Doc:
+    """A full example: app + vpn, injected as `splitdns inject` would (dns first: its startup probe
+    waits only for the zones that do not need the tunnel, so the vpn starts next)."""
+    vpn = manifests.vpn_container(plan, opts)
+    app = {"name": "app", "image": opts.app_image}
+    spec: Doc = {"initContainers": [vpn], "containers": [app]} if opts.sidecar == "native" else \
+        {"containers": [vpn, app]}
+    spec["volumes"] = [
+        {"name": "openvpn-client", "secret": {"secretName": "openvpn-client"}},
+        {"name": "dev-tun", "hostPath": {"path": "/dev/net/tun", "type": "CharDevice"}},
+    ]
+    labels = {"app": opts.name}
+    template = _injected({"metadata": {"labels": labels, "annotations": _pod_annotations(plan, corefile)},
+                          "spec": spec}, plan, opts)
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": opts.name, "labels": labels},
+        "spec": {"replicas": 1, "selector": {"matchLabels": labels}, "template": template},
+    }
+
+
+def _pod_annotations(plan: Plan, corefile: str) -> Doc:
+    # The Corefile's hash in the pod template makes a changed Corefile roll the pods, instead of
+    # waiting minutes for the kubelet to sync the ConfigMap volume.
+    digest = hashlib.sha256(corefile.encode()).hexdigest()
+    return {manifests.ANNOTATION_OWNERS: manifests.owners(plan), manifests.ANNOTATION_COREFILE: digest}
+
+
+def patch_doc(plan: Plan, opts: Options) -> Doc:
+    """A strategic-merge patch that adds the DNS part to an existing Deployment named opts.name: what
+    the injection adds to an empty pod template. The sysctl is not in it: a strategic merge replaces
+    a pod's `sysctls` list (it has no merge key), so the component appends it with a replacement
+    instead (`sysctl_replacement`), whose source is the dns container's env."""
+    owners = {manifests.ANNOTATION_OWNERS: manifests.owners(plan)}
+    template = _injected({"metadata": {"annotations": owners}, "spec": {}}, plan, opts)
+    spec: Doc = template["spec"]
+    del spec["securityContext"]  # only the sysctl, which the replacement adds
+    dns = next(c for c in spec[manifests.containers_key(opts)] if c["name"] == inject.MOUNTED_CONTAINER)
+    dns["env"] = [dict(inject.PORT_SYSCTL)]  # the replacement's source: a {name, value} pair, quoted "53"
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": opts.name},
+        "spec": {"template": template},
+    }
+
+
 def deployment(plan: Plan, opts: Options) -> dict[str, str]:
     corefile = corefiles.in_pod(plan)
-    docs = [manifests.configmap(plan, opts, corefile), manifests.deployment(plan, opts, corefile)]
+    docs = [manifests.configmap(plan, opts, corefile), deployment_doc(plan, opts, corefile)]
     ns = plan.namespace
     before: list[str | list[str]] = [[
         "The Secret openvpn-client, holding the VPN client config as client.conf (the vpn container "
@@ -58,7 +123,7 @@ def deployment(plan: Plan, opts: Options) -> dict[str, str]:
 
 def component(plan: Plan, opts: Options) -> dict[str, str]:
     corefile = corefiles.in_pod(plan)
-    patch_text = yamlio.dump(manifests.patch(plan, opts))
+    patch_text = yamlio.dump(patch_doc(plan, opts))
     doc = manifests.component(plan, opts, corefile, patch_text)
     before: list[str | list[str]] = []
     if any(r.tunnel for r in plan.routes):
