@@ -10,6 +10,7 @@ version or the settings change (its output must equal it).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import os
 from pathlib import Path
@@ -324,3 +325,38 @@ def test_any_pod_shape_gets_an_outcome_never_an_exception(pod: dict[str, Any]) -
         assert inject.inject(outcome.pod, "shop", SETTINGS).pod == outcome.pod
     else:
         assert outcome.pod == before and outcome.reason
+
+
+def mounted(*extra: str) -> inject.Settings:
+    """render's mode: the Corefile from a ConfigMap, the container named dns."""
+    return dataclasses.replace(settings(*extra), configmap="splitdns-corefile")
+
+
+def test_switching_between_env_and_configmap_corefile_leaves_one_resolver() -> None:
+    pod = with_spec(volumes=[{"name": "data", "emptyDir": {}}])
+    by_configmap = inject.inject(pod, "shop", mounted()).pod
+    spec = by_configmap["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["dns"]
+    assert spec["initContainers"][0]["args"] == ["-conf", "/etc/coredns/Corefile"]
+    assert [v["name"] for v in spec["volumes"]] == ["splitdns-corefile", "data"]
+    assert not inject.inject(by_configmap, "shop", mounted()).changed  # twice == once here too
+    by_env = inject.inject(by_configmap, "shop", settings()).pod
+    names = [c["name"] for c in by_env["spec"]["initContainers"] + by_env["spec"]["containers"]]
+    assert names == ["splitdns", "app"]
+    assert [v["name"] for v in by_env["spec"]["volumes"]] == ["data"]  # no volume left for a gone ConfigMap
+    back = inject.inject(by_env, "shop", mounted()).pod
+    assert back == by_configmap
+    for version in ("1.29", "1.37"):
+        for p in (by_configmap, by_env):
+            kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", **p}, version, strict=True)
+
+
+@pytest.mark.parametrize(("pod", "reason"), [
+    (with_spec(containers=[{"name": "dns", "image": "someone-elses"}]), "named dns that is not ours"),
+    (with_spec(containers=[{"name": "app", "image": "a", "ports": [{"containerPort": 8080}]}]),
+     "health port"),
+])
+def test_configmap_mode_refuses_what_would_clash_with_its_container(pod: dict[str, Any], reason: str) -> None:
+    outcome = inject.inject(pod, "shop", mounted())
+    assert not outcome.injected and reason in outcome.reason
+    assert inject.inject(pod, "shop", settings()).injected  # the env mode's name and ports differ

@@ -7,6 +7,7 @@ Set SPLITDNS_UPDATE_GOLDEN=1 to rewrite the golden files after an intended chang
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import json
 import os
@@ -25,7 +26,9 @@ import yaml
 
 from splitdns import cli, config
 from splitdns.commands import render
-from splitdns.kube import corefile_model, lint, schema
+from splitdns.kube import corefile_model, inject, lint, schema
+from splitdns.kube import render as kube_render
+from splitdns.kube.manifests import Options
 
 DATA = Path(__file__).parent / "data" / "kube"
 GOLDEN = DATA / "golden"
@@ -47,20 +50,30 @@ CASES: dict[str, list[str]] = {
 }
 
 
-def rendered(case: str) -> dict[str, str]:
-    # Paths in the ownership record (and so the Corefile's hash) are relative to the repository,
-    # as in the golden files: render from the repository root with relative paths, so the output
-    # is the same in any checkout.
+def request(case: str) -> render.Request:
     root = str(Path(__file__).parents[1]) + "/"
     argv = [a.replace(root, "") for a in CASES[case]]
     args = cli._parser().parse_args(["render", *argv])
     fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__}
+    return render.Request(**fields)
+
+
+@contextlib.contextmanager
+def at_the_root() -> Iterator[None]:
+    # Paths in the ownership record (and so the Corefile's hash) are relative to the repository,
+    # as in the golden files: render from the repository root with relative paths, so the output
+    # is the same in any checkout.
     cwd = os.getcwd()
-    os.chdir(root)
+    os.chdir(Path(__file__).parents[1])
     try:
-        return render.files(render.Request(**fields))
+        yield
     finally:
         os.chdir(cwd)
+
+
+def rendered(case: str) -> dict[str, str]:
+    with at_the_root():
+        return render.files(request(case))
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -479,3 +492,30 @@ def test_unusable_files_are_named_with_a_reason_never_a_traceback(
     assert cli.main(["render", *[real(f) for f in flags]]) == code
     err = capsys.readouterr().err
     assert real(error) in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("case", ["deployment", "deployment-coredns", "deployment-classic", "component"])
+def test_the_dns_part_is_the_injections(case: str) -> None:
+    """render's pod template is `inject`'s output: injecting it again with render's settings (the
+    Corefile from the ConfigMap) changes nothing, and its status names those settings. The
+    component's patch is the injection of an empty template, less the sysctl its replacement adds."""
+    req = request(case)
+    with at_the_root():
+        plan = render.build_plan(req)
+    opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, sidecar=req.sidecar)
+    settings = kube_render.inject_settings(plan, opts)
+    text = next(iter(rendered(case).values()))
+    docs = list(yaml.safe_load_all(text))
+    if case == "component":
+        docs = [yaml.safe_load(docs[0]["patches"][0]["patch"])]
+    template = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]
+    assert inject.status_of(template)["settings"] == settings.digest
+    if case == "component":
+        injected = inject.inject({"metadata": {}, "spec": {}}, plan.namespace, settings).pod["spec"]
+        del injected["securityContext"]
+        for c in template["spec"][kube_render.manifests.containers_key(opts)]:
+            assert c.pop("env") == [{"name": "net.ipv4.ip_unprivileged_port_start", "value": "53"}]
+        assert template["spec"] == injected
+    else:
+        again = inject.inject(template, plan.namespace, settings)
+        assert again.injected and not again.changed, again.reason

@@ -264,7 +264,9 @@ def _refuse_conflicts(spec: Doc, settings: Settings) -> None:
 def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> None:
     spec: Doc = pod["spec"]
     _refuse_conflicts(spec, settings)
+    mounted_before = False
     for key, i in reversed(_ours(spec)):  # re-injection: ours is rebuilt, in first place
+        mounted_before |= spec[key][i].get("name") == MOUNTED_CONTAINER
         del spec[key][i]
     if spec.get("initContainers") == []:
         del spec["initContainers"]
@@ -285,11 +287,15 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
                             "cannot resolve names")
     ndots_from_settings = _dns(pod, namespace, settings, warnings)
     _sysctl(spec)
-    if settings.configmap:
+    if settings.configmap or mounted_before:  # the Corefile volume follows our container (in or out)
         volumes = [v for v in _list(spec.get("volumes"), "spec.volumes")
                    if not (isinstance(v, dict) and v.get("name") == manifests.COREFILE_VOLUME)]
-        spec["volumes"] = [{"name": manifests.COREFILE_VOLUME, "configMap": {"name": settings.configmap}},
-                           *volumes]
+        if settings.configmap:
+            volumes.insert(0, {"name": manifests.COREFILE_VOLUME, "configMap": {"name": settings.configmap}})
+        if volumes:
+            spec["volumes"] = volumes
+        else:
+            spec.pop("volumes", None)
     meta = pod.setdefault("metadata", {})
     if not isinstance(meta, dict):
         raise Refused("metadata is not a mapping")
