@@ -519,3 +519,12 @@ def test_the_dns_part_is_the_injections(case: str) -> None:
     else:
         again = inject.inject(template, plan.namespace, settings)
         assert again.injected and not again.changed, again.reason
+
+
+@pytest.mark.parametrize("form", ["deployment", "component"])
+def test_any_namespace_renders(form: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """The injection's own exclusions (kube-system, ...) guard the webhook; render does what it is told."""
+    code = cli.main(["render", "--zone", "svc.acme.internal=192.168.240.1", "--cluster-dns", CLUSTER,
+                     "--namespace", "kube-system", "--form", form])
+    assert code == 0, capsys.readouterr().err
+    assert "kube-system.svc.cluster.local" in capsys.readouterr().out

@@ -44,9 +44,11 @@ def _header(plan: Plan, opts: Options, what: str, before: list[str | list[str]])
 
 
 def inject_settings(plan: Plan, opts: Options) -> inject.Settings:
-    """The injection's settings for render's forms: the Corefile from the ConfigMap opts.configmap."""
+    """The injection's settings for render's forms: the Corefile from the ConfigMap opts.configmap.
+    No namespace is excluded: the user named it (the webhook's exclusions guard against mistakes)."""
     image = opts.coredns_image if plan.resolver == "coredns" else opts.image
-    return inject.Settings(plan, image=image, sidecar=opts.sidecar, configmap=opts.configmap)
+    return inject.Settings(plan, image=image, sidecar=opts.sidecar, excluded_namespaces=(),
+                           configmap=opts.configmap)
 
 
 def _injected(template: Doc, plan: Plan, opts: Options) -> Doc:
