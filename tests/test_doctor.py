@@ -7,24 +7,22 @@ and the webhook's Deployment, in the API's JSON format; written for this test fr
 
 from __future__ import annotations
 
-import http.server
 import json
-import threading
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import pytest
-import yaml
 
 from splitdns import cli
+from tests.support import apiserver
 
 DATA = Path(__file__).parent / "data" / "doctor"
 DEPLOYMENT = "/apis/apps/v1/namespaces/splitdns-system/deployments/splitdns-webhook"
 
 
-class StandInAPIServer(http.server.BaseHTTPRequestHandler):
+class StandInAPIServer(apiserver.StandInHandler):
     requests: ClassVar[list[str]] = []
     webhook_present: ClassVar[bool] = True
 
@@ -33,46 +31,21 @@ class StandInAPIServer(http.server.BaseHTTPRequestHandler):
         url = urllib.parse.urlsplit(self.path)
         query = urllib.parse.parse_qs(url.query)
         if url.path == "/api/v1/namespaces":
-            self._reply(200, json.loads((DATA / "namespaces.json").read_text()))
+            self.reply(200, json.loads((DATA / "namespaces.json").read_text()))
         elif url.path == "/api/v1/pods" and query.get("labelSelector") == ["splitdns.dev/inject=true"]:
-            self._reply(200, json.loads((DATA / "pods.json").read_text()))
+            self.reply(200, json.loads((DATA / "pods.json").read_text()))
         elif url.path == DEPLOYMENT and StandInAPIServer.webhook_present:
-            self._reply(200, json.loads((DATA / "webhook-deployment.json").read_text()))
+            self.reply(200, json.loads((DATA / "webhook-deployment.json").read_text()))
         else:
-            self._reply(404, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-                              "message": "not found", "reason": "NotFound", "code": 404})
-
-    def _reply(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+            self.not_found("not found")
 
 
 @pytest.fixture
 def kubeconfig(tmp_path: Path) -> Iterator[Path]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandInAPIServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     StandInAPIServer.requests = []
     StandInAPIServer.webhook_present = True
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "stand-in",
-        "clusters": [{"name": "stand-in", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
-        "users": [{"name": "dev", "user": {"token": "stand-in-token"}}],
-        "contexts": [{"name": "stand-in", "context": {"cluster": "stand-in", "user": "dev"}}],
-    }))
-    try:
+    with apiserver.serving(StandInAPIServer, tmp_path) as path:
         yield path
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_lists_pods_without_the_resolver_and_with_old_settings(kubeconfig: Path,

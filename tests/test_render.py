@@ -8,14 +8,12 @@ Set SPLITDNS_UPDATE_GOLDEN=1 to rewrite the golden files after an intended chang
 from __future__ import annotations
 
 import contextlib
-import http.server
 import json
 import os
 import re
 import shlex
 import shutil
 import subprocess
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,6 +27,7 @@ from splitdns.commands import render
 from splitdns.kube import corefile_model, inject, lint, schema
 from splitdns.kube import render as kube_render
 from splitdns.kube.manifests import Options
+from tests.support import apiserver
 
 DATA = Path(__file__).parent / "data" / "kube"
 GOLDEN = DATA / "golden"
@@ -273,54 +272,29 @@ def test_output_dir(tmp_path: Path) -> None:
     assert written == rendered("component")["kustomization.yaml"]
 
 
-class StandInAPIServer(http.server.BaseHTTPRequestHandler):
-    """A STAND-IN for the Kubernetes API server, NOT a real one: no kube-apiserver can run on this
-    machine (no package, no container engine). It answers the one request render makes, GET of the
-    kube-dns Service, the way the API server does; everything else is 404."""
+class StandInAPIServer(apiserver.StandInHandler):
+    """A STAND-IN for the Kubernetes API server, NOT a real one (tests/support/apiserver.py). It
+    answers the one request render makes, GET of the kube-dns Service, the way the API server does;
+    everything else is 404."""
 
     requests: ClassVar[list[tuple[str, str | None]]] = []
 
     def do_GET(self) -> None:
         StandInAPIServer.requests.append((self.path, self.headers.get("Authorization")))
         if self.path != "/api/v1/namespaces/kube-system/services/kube-dns":
-            self._reply(404, {"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": 404,
-                              "message": "services \"kube-dns\" not found", "reason": "NotFound"})
+            self.not_found("services \"kube-dns\" not found")
             return
-        self._reply(200, {"apiVersion": "v1", "kind": "Service",
-                          "metadata": {"name": "kube-dns", "namespace": "kube-system"},
-                          "spec": {"clusterIP": "10.43.0.10", "type": "ClusterIP",
-                                   "ports": [{"name": "dns", "port": 53, "protocol": "UDP"}]}})
-
-    def _reply(self, status: int, body: dict[str, Any]) -> None:
-        data = json.dumps(body).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        pass
+        self.reply(200, {"apiVersion": "v1", "kind": "Service",
+                         "metadata": {"name": "kube-dns", "namespace": "kube-system"},
+                         "spec": {"clusterIP": "10.43.0.10", "type": "ClusterIP",
+                                  "ports": [{"name": "dns", "port": 53, "protocol": "UDP"}]}})
 
 
 @pytest.fixture
 def kubeconfig(tmp_path: Path) -> Iterator[Path]:
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), StandInAPIServer)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
     StandInAPIServer.requests = []
-    path = tmp_path / "kubeconfig"
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "stand-in",
-        "clusters": [{"name": "stand-in", "cluster": {"server": f"http://127.0.0.1:{server.server_address[1]}"}}],
-        "users": [{"name": "dev", "user": {"token": "stand-in-token"}}],
-        "contexts": [{"name": "stand-in", "context": {"cluster": "stand-in", "user": "dev"}}],
-    }))
-    try:
+    with apiserver.serving(StandInAPIServer, tmp_path) as path:
         yield path
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def test_cluster_dns_read_from_kube_dns_through_kubeconfig(kubeconfig: Path,
