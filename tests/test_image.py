@@ -49,20 +49,6 @@ try:
 except urllib.error.HTTPError as e:
     print(e.code, e.read().decode(errors="replace").strip())
 """
-TUNNEL_COREFILE = """\
-.:53 {
-    errors
-    cache 30
-    forward . 10.100.0.10
-}
-svc.acme.internal:53 {
-    errors
-    cache 30
-    openvpn {
-        management 127.0.0.1:7505
-    }
-}
-"""
 
 
 @dataclass
@@ -81,7 +67,7 @@ def require_image_tools() -> None:
     skip_or_fail(reason)
 
 
-def rendered(tmp: Path, corefile: str = TUNNEL_COREFILE) -> list[image_pod.Doc]:
+def rendered(tmp: Path, corefile: str = configs.TUNNEL_COREFILE) -> list[image_pod.Doc]:
     source = tmp / "Corefile.in"
     source.write_text(corefile)
     return image_pod.render(source)

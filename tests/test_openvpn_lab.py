@@ -28,20 +28,6 @@ from tests.lab.ready import wait_log
 
 pytestmark = pytest.mark.netns
 
-MANAGEMENT_COREFILE = """\
-.:53 {
-    errors
-    cache 30
-    forward . 10.100.0.10
-}
-svc.acme.internal:53 {
-    errors
-    cache 30
-    openvpn {
-        management 127.0.0.1:7505
-    }
-}
-"""
 MANAGEMENT_CLIENT = "management-up-down\nmanagement-hold\n"
 
 # Sends each name to the pod's resolver and prints one JSON line per answer (runs in the pod).
@@ -101,7 +87,7 @@ def drop_tunnel(lab: Lab) -> float:
 
 def test_management_interface_learns_the_push_fails_fast_and_follows_a_new_address(
         lab_factory: list[Lab]) -> None:
-    lab = start(lab_factory, PodSpec(corefile=MANAGEMENT_COREFILE, vpn_extra=MANAGEMENT_CLIENT))
+    lab = start(lab_factory, PodSpec(corefile=configs.TUNNEL_COREFILE, vpn_extra=MANAGEMENT_CLIENT))
     # Learned from >UPDOWN:ENV (dhcp-option DNS 192.168.240.1): no address in the Corefile. A
     # fresh name, so that db itself is not cached when the pushed address changes below.
     wait_for(lambda: answer_of(lab, fresh(configs.PRIVATE_ZONE)[0]) == configs.CORP_WILDCARD_IP or None,
@@ -144,7 +130,7 @@ def test_management_interface_learns_the_push_fails_fast_and_follows_a_new_addre
 
 
 def test_openvpn_26_dns_options_are_understood(lab_factory: list[Lab]) -> None:
-    lab = start(lab_factory, PodSpec(corefile=MANAGEMENT_COREFILE, vpn_extra=MANAGEMENT_CLIENT),
+    lab = start(lab_factory, PodSpec(corefile=configs.TUNNEL_COREFILE, vpn_extra=MANAGEMENT_CLIENT),
                 pushes=configs.DNS_PUSHES)
     wait_for(lambda: answer_of(lab) == configs.DB_IP or None, what="the tunnel zone", timeout=10)
     assert answer_of(lab, configs.KUBERNETES_NAME) == configs.KUBERNETES_IP
@@ -153,7 +139,7 @@ def test_openvpn_26_dns_options_are_understood(lab_factory: list[Lab]) -> None:
 def test_the_hook_state_file_path(lab_factory: list[Lab], tmp_path: Path) -> None:
     state = tmp_path / "openvpn.json"
     hook = f"{sys.executable} -m splitdns openvpn-hook --state {state}"
-    corefile = MANAGEMENT_COREFILE.replace("management 127.0.0.1:7505", f"state {state}")
+    corefile = configs.TUNNEL_COREFILE.replace("management 127.0.0.1:7505", f"state {state}")
     pod = PodSpec(corefile=corefile, vpn_management=False,
                   vpn_extra=f'script-security 2\nup "{hook}"\ndown "{hook}"\n')
     lab = start(lab_factory, pod)
@@ -178,7 +164,7 @@ def test_the_hook_state_file_path(lab_factory: list[Lab], tmp_path: Path) -> Non
 
 def test_a_pushed_dns_that_is_ourselves_is_caught_by_the_loop_guard(lab_factory: list[Lab]) -> None:
     pushes = ("route 192.168.240.0 255.255.255.0", "dhcp-option DNS 127.0.0.1")
-    corefile = MANAGEMENT_COREFILE.replace("    openvpn {", "    loop\n    openvpn {")
+    corefile = configs.TUNNEL_COREFILE.replace("    openvpn {", "    loop\n    openvpn {")
     pod = PodSpec(corefile=corefile, vpn_extra=MANAGEMENT_CLIENT, tunnel_zone_works=False)
     lab = start(lab_factory, pod, pushes=pushes)
     reply = wait_for(lambda: next((r for r in ask(lab, *fresh(configs.PRIVATE_ZONE))
@@ -192,7 +178,7 @@ def test_a_pushed_dns_that_is_ourselves_is_caught_by_the_loop_guard(lab_factory:
 def test_management_client_reconnects_when_openvpn_restarts(lab_factory: list[Lab]) -> None:
     from tests.lab.netns import stop_all
 
-    lab = start(lab_factory, PodSpec(corefile=MANAGEMENT_COREFILE, vpn_extra=MANAGEMENT_CLIENT))
+    lab = start(lab_factory, PodSpec(corefile=configs.TUNNEL_COREFILE, vpn_extra=MANAGEMENT_CLIENT))
     wait_for(lambda: answer_of(lab, fresh(configs.PRIVATE_ZONE)[0]) == configs.CORP_WILDCARD_IP or None,
              what="the tunnel zone", timeout=10)
     stop_all([lab.procs.pop("vpn-client")], grace=1.0)  # the VPN container restarts

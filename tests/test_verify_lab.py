@@ -24,7 +24,7 @@ import pytest
 from tests.lab import Lab, PodSpec, configs
 from tests.lab.fixtures import lab_session, require_lab
 from tests.lab.netns import signal_proc
-from tests.test_openvpn_lab import MANAGEMENT_CLIENT, MANAGEMENT_COREFILE, drop_tunnel
+from tests.test_openvpn_lab import MANAGEMENT_CLIENT, drop_tunnel
 
 pytestmark = pytest.mark.netns
 
@@ -84,7 +84,7 @@ def test_resolver_gone_is_its_own_verdict(lab: Lab, tmp_path: Path) -> None:
 
 def test_tunnel_down_is_the_tunnel_verdict(tmp_path: Path) -> None:
     require_lab()
-    lab = Lab(PodSpec(corefile=MANAGEMENT_COREFILE, vpn_extra=MANAGEMENT_CLIENT)).up()
+    lab = Lab(PodSpec(corefile=configs.TUNNEL_COREFILE, vpn_extra=MANAGEMENT_CLIENT)).up()
     try:
         drop_tunnel(lab)
         code, text, _ = verify_in_pod(lab, tmp_path / "tunnel")

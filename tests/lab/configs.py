@@ -76,6 +76,23 @@ svc.acme.internal:53 {
 }
 """
 
+# The same split with the private zone's upstreams learned from the VPN client's management
+# interface (the client runs with management-up-down and management-hold).
+TUNNEL_COREFILE = """\
+.:53 {
+    errors
+    cache 30
+    forward . 10.100.0.10
+}
+svc.acme.internal:53 {
+    errors
+    cache 30
+    openvpn {
+        management 127.0.0.1:7505
+    }
+}
+"""
+
 # What the kubelet writes for the scenario's pod spec (dnsPolicy: None, nameservers: [127.0.0.1],
 # options: [ndots: 5], no searches).
 SCENARIO_RESOLV_CONF = "nameserver 127.0.0.1\noptions ndots:5\n"
