@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hashlib
 import json
 import signal
@@ -227,6 +228,9 @@ class Webhook:
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
         runners = await self.start()
+        # As `serve` does: what start-up built (aiohttp, the schemas, the settings) lives as long as
+        # the process, so a full collection need not walk it between reviews.
+        gc.freeze()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self.stop.set)
         watcher = asyncio.create_task(self.watch_certificate())
