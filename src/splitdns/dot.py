@@ -21,9 +21,8 @@ import struct
 from dataclasses import dataclass
 
 from splitdns import reply as replies
-from splitdns import wire
 from splitdns.directives.forward import TlsSettings, Upstream, tls_context
-from splitdns.upstream import Counters, UpstreamError, describe
+from splitdns.upstream import Counters, UpstreamError, describe, stream_reply
 
 POOL_SIZE = 8  # connections (and attempts under way) per upstream
 
@@ -125,13 +124,7 @@ async def _exchange(conn: _Connection, pool: _Pool, sent: bytes, counters: Count
             data = await conn.reader.readexactly(length)
         except (asyncio.IncompleteReadError, ConnectionError, ssl.SSLError) as err:
             raise _Stale(str(err) or type(err).__name__) from None
-        if not wire.reply_matches(sent, data):
-            counters.mismatched += 1
-            raise UpstreamError("TLS reply does not match the query")
-        reply = replies.parse_matched(data)
-        if reply is None:
-            counters.unparseable += 1
-            raise UpstreamError("TLS reply does not parse")
+        reply = stream_reply(sent, data, counters, "TLS")
         pool.give(conn, asyncio.get_running_loop().time())
         kept = True
         return reply

@@ -167,11 +167,16 @@ async def _ask_tcp(sent: bytes, up: Upstream, timeout: float,
     finally:
         if writer is not None:
             writer.close()
+    return stream_reply(sent, data, counters, "TCP")
+
+
+def stream_reply(sent: bytes, data: bytes, counters: Counters, transport: str) -> replies.Reply:
+    """A reply read off a stream (TCP, TLS), matched to its query and read, or the reason not."""
     if not wire.reply_matches(sent, data):
         counters.mismatched += 1
-        raise UpstreamError("TCP reply does not match the query")
+        raise UpstreamError(f"{transport} reply does not match the query")
     reply = replies.parse_matched(data)
     if reply is None:
         counters.unparseable += 1
-        raise UpstreamError("TCP reply does not parse")
+        raise UpstreamError(f"{transport} reply does not parse")
     return reply
