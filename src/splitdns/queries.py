@@ -116,13 +116,13 @@ def _opt(data: bytes) -> Opt | None:
         return None  # garbage, not a client speaking EDNS: not worth a walk (a flood is made of it)
     pos = 12
     for _ in range(qdcount):
-        pos = _skip_name(data, pos)
+        pos = wire.skip_name(data, pos)
         if pos < 0 or pos + 4 > n:
             return None
         pos += 4
     for index in range(ancount + nscount + arcount):
         start = pos
-        pos = _skip_name(data, pos)
+        pos = wire.skip_name(data, pos)
         if pos < 0 or pos + 10 > n:
             return None
         rtype, _, rttl, rdlen = struct.unpack_from("!HHIH", data, pos)
@@ -132,19 +132,6 @@ def _opt(data: bytes) -> Opt | None:
         if rtype == wire.TYPE_OPT and index >= ancount + nscount and data[start] == 0:
             return Opt((rttl >> 16) & 0xFF, bool(rttl & wire.DO), data[pos - rdlen:pos])
     return None
-
-
-def _skip_name(data: bytes, pos: int) -> int:
-    """The offset after the name at `pos` (a pointer ends it), or -1 past the end."""
-    n = len(data)
-    while pos < n:
-        count = data[pos]
-        if count == 0:
-            return pos + 1
-        if count >= 0xC0:
-            return pos + 2
-        pos += count + 1
-    return -1
 
 
 def _header_only(data: bytes, rcode: int) -> bytes:

@@ -183,6 +183,19 @@ def reply_matches(sent: bytes, reply: bytes) -> bool:
         reply[end:end + 4] == sent[end:end + 4]
 
 
+def skip_name(data: bytes, pos: int) -> int:
+    """The offset after the name at `pos` (a pointer ends it), or -1 past the end."""
+    n = len(data)
+    while pos < n:
+        count = data[pos]
+        if count == 0:
+            return pos + 1
+        if count >= 0xC0:
+            return pos + 2
+        pos += count + 1
+    return -1
+
+
 def question_length(query: bytes) -> int:
     pos = 12
     while query[pos]:

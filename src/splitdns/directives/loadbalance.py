@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import struct
 
+from splitdns import wire
 from splitdns.corefile import Statement
 from splitdns.directives import _args
 from splitdns.errors import ConfigError
@@ -75,13 +76,17 @@ def _runs(reply: bytes) -> list[tuple[int, int, int, int]]:
         qdcount, ancount = struct.unpack_from("!HH", reply, 4)
         pos = 12
         for _ in range(qdcount):
-            pos = _skip_name(reply, pos) + 4
+            pos = wire.skip_name(reply, pos) + 4
+            if pos < 4:
+                return []
         runs: list[tuple[int, int, int, int]] = []
         current: list[int] = []  # [first rdata, record size, rdata length, count]
         head = b""
         for _ in range(ancount):
             start = pos
-            pos = _skip_name(reply, pos)
+            pos = wire.skip_name(reply, pos)
+            if pos < 0:
+                return []
             rtype, _, _, rdlen = _RR.unpack_from(reply, pos)
             this_head = reply[start:pos + 4]
             rdata = pos + 10
@@ -101,13 +106,3 @@ def _runs(reply: bytes) -> list[tuple[int, int, int, int]]:
         return runs
     except (IndexError, struct.error):
         return []
-
-
-def _skip_name(data: bytes, pos: int) -> int:
-    while True:
-        length = data[pos]
-        if length == 0:
-            return pos + 1
-        if length >= 0xC0:
-            return pos + 2
-        pos += length + 1
