@@ -34,7 +34,7 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy, the webhook's aiohttp and jsonpatch) into $(VENV)"
+	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy, import-linter, the webhook's aiohttp and jsonpatch) into $(VENV)"
 	$(BIN)/pip install --progress-bar on -e '.[test,webhook]'
 	touch $@ $(VENV)/.run-installed
 
@@ -66,6 +66,7 @@ deps-image:
 
 lint: venv
 	$(BIN)/ruff check src tests bench tools
+	$(BIN)/lint-imports
 
 typecheck: venv
 	$(BIN)/mypy

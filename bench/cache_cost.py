@@ -17,10 +17,10 @@ import os
 import dns.message
 import dns.rrset
 
-from splitdns import wire
-from splitdns.cache import Cache
+from splitdns.codec import wire
+from splitdns.codec.reply import reread
+from splitdns.core.cache import Cache
 from splitdns.directives.cache import CacheSpec
-from splitdns.reply import reread
 
 
 def rss() -> int:

@@ -31,8 +31,8 @@ import dns.message
 import dns.rrset
 
 from splitdns import config
-from splitdns.datagrams import BATCH
-from splitdns.server import Server
+from splitdns.shell.datagrams import BATCH
+from splitdns.shell.server import Server
 
 NAMES = 200
 PACE = 1e-3  # seconds between wakeups at a pod's pace: 1000 queries a second

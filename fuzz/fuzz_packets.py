@@ -31,11 +31,15 @@ except ImportError:  # the harness still runs inputs by hand
 
 if atheris is not None:
     with atheris.instrument_imports(include=["splitdns"]):
-        from splitdns import config, entries, queries, resolve, wire
-        from splitdns import reply as replies
+        from splitdns import config
+        from splitdns.codec import entries, queries, wire
+        from splitdns.core import resolve
+        from splitdns.codec import reply as replies
 else:
-    from splitdns import config, entries, queries, resolve, wire
-    from splitdns import reply as replies
+    from splitdns import config
+    from splitdns.codec import entries, queries, wire
+    from splitdns.core import resolve
+    from splitdns.codec import reply as replies
 
 COREFILE = """
 . {

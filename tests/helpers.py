@@ -7,7 +7,7 @@ import dns.message
 import dns.rcode
 import dns.rrset
 
-from splitdns.reply import Reply, reread
+from splitdns.codec.reply import Reply, reread
 
 
 def query(name: str, rdtype: str = "A", *, qid: int = 0x1234, edns: int = 0, payload: int = 1232,

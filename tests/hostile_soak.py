@@ -59,8 +59,8 @@ def child(conf: str, port: int, stats_path: str) -> int:
     """Run `splitdns serve` in this process, and write its figures to stats_path every second."""
     from splitdns import __version__, config
     from splitdns.commands.serve import run_loop
-    from splitdns.lifecycle import Runtime
-    from splitdns.server import Server
+    from splitdns.shell.lifecycle import Runtime
+    from splitdns.shell.server import Server
 
     async def main() -> int:
         runtime = Runtime(Server(config.load(conf, default_port=port)), conf, port)

@@ -7,8 +7,8 @@ import gc
 import dns.message
 import dns.rcode
 
-from splitdns import entries, wire
-from splitdns.cache import Cache
+from splitdns.codec import entries, wire
+from splitdns.core.cache import Cache
 from splitdns.directives.cache import CacheSpec
 from tests.helpers import SOA, indexed, query, reply
 from tests.helpers import wire as to_wire

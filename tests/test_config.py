@@ -9,7 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import config, resolve
+from splitdns import config
+from splitdns.core import resolve
 from splitdns.directives._args import domain_name
 from splitdns.errors import ConfigError
 from tests.lab.configs import SCENARIO_COREFILE

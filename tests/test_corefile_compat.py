@@ -10,11 +10,14 @@ from pathlib import Path
 import dns.rcode
 import pytest
 
-from splitdns import cli, config, entries, logs, resolve, wire
-from splitdns.cache import Cache
+from splitdns import cli, config
+from splitdns.codec import entries, wire
+from splitdns.core import resolve
+from splitdns.core.cache import Cache
 from splitdns.directives.cache import CacheSpec
 from splitdns.errors import ConfigError
 from splitdns.kube import lint
+from splitdns.shell import logs
 from tests.helpers import SOA, indexed, query, reply
 from tests.helpers import wire as to_wire
 

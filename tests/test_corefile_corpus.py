@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from splitdns import config, corefile
+from splitdns import config, corefile, directives
 from splitdns.directives import forward
 from splitdns.errors import ConfigError
 from splitdns.kube import lint
@@ -178,7 +178,7 @@ def supported(cause: str) -> bool:
         except ConfigError:
             return False
         return True
-    return cause in config.SUPPORTED
+    return cause in directives.SUPPORTED
 
 
 def without(blocks: list[Block], causes: set[str]) -> list[Block]:

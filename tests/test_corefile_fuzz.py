@@ -14,7 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from splitdns import cli, config, resolve
+from splitdns import cli, config
+from splitdns.core import resolve
 from splitdns.errors import ConfigError
 from splitdns.kube import lint
 from tests.support import user_text

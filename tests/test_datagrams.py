@@ -24,7 +24,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import config, datagrams, metrics, resolve, server, wire
+from splitdns import config
+from splitdns.codec import wire
+from splitdns.core import metrics, resolve
+from splitdns.shell import datagrams, server
 from tests.support.hostile import ask_udp
 from tests.support.prerequisites import skip_or_fail
 from tests.support.processes import free_port, scripted_upstream

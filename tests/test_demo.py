@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from splitdns import demo
+from splitdns.commands import demo_upstreams
 from tests.support import user_text
 from tests.support.processes import free_port, poll_until, stop
 
@@ -35,4 +35,4 @@ def test_the_demo_shows_the_split_by_asking_itself(tmp_path: Path) -> None:
     assert lookalike.split()[:3] == ["svc.acme.internal.example.net", "->", "192.0.2.80"]
     assert "answered by the cluster DNS stand-in" in lookalike
     assert "apt-get install bind9-dnsutils" in text
-    assert len(lines) == 2 * len(demo.EXAMPLES)
+    assert len(lines) == 2 * len(demo_upstreams.EXAMPLES)

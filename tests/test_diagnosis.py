@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from splitdns import diagnosis as d
+from splitdns.commands.verify import diagnosis as d
 
 POD = "nameserver 127.0.0.1\noptions ndots:5\n"
 KUBELET = "search default.svc.cluster.local svc.cluster.local cluster.local\nnameserver 10.100.0.10\n"

@@ -7,8 +7,10 @@ import dns.message
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import config, entries, resolve, wire
-from splitdns.memo import Memo
+from splitdns import config
+from splitdns.codec import entries, wire
+from splitdns.core import resolve
+from splitdns.core.memo import Memo
 from tests.helpers import indexed, query, reply
 from tests.helpers import wire as to_wire
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from splitdns import openvpn
+from splitdns.shell import openvpn
 from tests.lab import Lab, PodSpec, configs
 from tests.lab.fixtures import require_lab
 from tests.lab.netns import signal_proc, wait_for

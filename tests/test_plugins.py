@@ -13,7 +13,9 @@ import dns.rcode
 import dns.rdatatype
 import pytest
 
-from splitdns import config, entries, local, resolve, wire
+from splitdns import config, directives
+from splitdns.codec import entries, wire
+from splitdns.core import local, resolve
 from splitdns.directives import loadbalance
 from splitdns.errors import ConfigError
 from tests.helpers import query, reply
@@ -299,7 +301,7 @@ def rewritten_reply(rules: str, name: str, *records: str) -> dns.message.Message
     made = zone.local.decide(q)
     assert isinstance(made, local.Rewritten)
     asked = query(wire.wire_to_text(made.query.name))
-    from splitdns.reply import reread
+    from splitdns.codec.reply import reread
 
     upstream = reread(to_wire(reply(asked, *records)))
     assert upstream is not None
@@ -413,7 +415,7 @@ COREDNS_PLUGIN_CFG = ("reload", "bind", "ready", "health", "prometheus", "errors
 
 
 def test_the_per_query_order_is_corednss_plugin_cfg_order() -> None:
-    ours = [name for name in config.ORDER if name in COREDNS_PLUGIN_CFG]
+    ours = [name for name in directives.ORDER if name in COREDNS_PLUGIN_CFG]
     assert ours == list(COREDNS_PLUGIN_CFG)
 
 
@@ -427,7 +429,7 @@ def test_a_blocks_local_steps_follow_config_order_not_the_file() -> None:
 # -- the hit path: the memo hands out rotations and the block's own answers -------------------
 
 def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() -> None:
-    from splitdns.reply import reread
+    from splitdns.codec.reply import reread
 
     zone = zone_of(". {\n cache 3600\n loadbalance\n forward . 127.0.0.1:5399\n}\n")
     router = resolve.Router([zone])

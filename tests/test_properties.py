@@ -21,9 +21,11 @@ import dns.rrset
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
-from splitdns import config, entries, resolve, wire
-from splitdns import reply as replies
-from splitdns.cache import Cache
+from splitdns import config
+from splitdns.codec import entries, wire
+from splitdns.codec import reply as replies
+from splitdns.core import resolve
+from splitdns.core.cache import Cache
 from splitdns.directives.cache import CacheSpec
 from splitdns.errors import ConfigError
 from tests.helpers import indexed, query

@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from splitdns import upstream
+from splitdns.shell import upstream
 
 
 def test_ids_are_the_kernel_random_bytes_read_a_batch_at_a_time(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -11,10 +11,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import config, http, resolve, wire
-from splitdns import reply as replies
+from splitdns import config
+from splitdns.codec import reply as replies
+from splitdns.codec import wire
+from splitdns.core import resolve
 from splitdns.directives.private import DEFAULT_NETWORKS
 from splitdns.errors import ConfigError
+from splitdns.shell import http
 from tests.helpers import indexed, query, reply
 from tests.helpers import wire as to_wire
 

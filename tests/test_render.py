@@ -22,7 +22,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from splitdns import cli, config
+from splitdns import cli, config, directives
 from splitdns.commands import render
 from splitdns.kube import corefile_model, inject, lint, schema
 from splitdns.kube import render as kube_render
@@ -167,8 +167,8 @@ def test_rendered_corefile_is_accepted_by_the_resolver(case: str) -> None:
     assert sorted(RENDERED_BLOCKS) == sorted(CASES)
     text = rendered_corefile(case)
     blocks = corefile_model.read(text, "Corefile").blocks
-    directives = {st.name for block in blocks for st in block.statements}
-    unsupported = directives - set(config.SUPPORTED)
+    used = {st.name for block in blocks for st in block.statements}
+    unsupported = used - set(directives.SUPPORTED)
     assert not unsupported, f"render emits {sorted(unsupported)}, which the resolver does not support"
     loaded = config.loads(text, "Corefile", read_files=False)
     assert [b.name for b in loaded.blocks] == RENDERED_BLOCKS[case]

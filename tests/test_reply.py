@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from splitdns import reply, wire
+from splitdns.codec import reply, wire
 from tests.helpers import query
 from tests.helpers import wire as to_wire
 

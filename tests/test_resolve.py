@@ -10,8 +10,10 @@ import dns.rcode
 import dns.rrset
 import pytest
 
-from splitdns import config, resolve, wire
-from splitdns.reply import Reply
+from splitdns import config
+from splitdns.codec import wire
+from splitdns.codec.reply import Reply
+from splitdns.core import resolve
 from tests.helpers import indexed, query, reply
 from tests.helpers import wire as to_wire
 

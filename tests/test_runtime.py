@@ -219,8 +219,8 @@ def test_reload_reports_an_unparsable_corefile_once_until_it_changes(
     import asyncio
 
     from splitdns import config
-    from splitdns.lifecycle import Runtime
-    from splitdns.server import Server
+    from splitdns.shell.lifecycle import Runtime
+    from splitdns.shell.server import Server
 
     path = tmp_path / "Corefile"
     good = "example.org {\n reload 2s 1s\n forward . 127.0.0.23:9\n}\n"

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from splitdns import tunnel
 from splitdns.commands import openvpn_hook
+from splitdns.core import tunnel
 
 DHCP_PUSH = {  # LAB_PUSH=dhcp: what a classic dhcp-option push looks like
     "script_type": "up", "dev": "tun0", "foreign_option_1": "dhcp-option DNS 192.168.240.1",

@@ -12,7 +12,7 @@ REPRS = [
     "probing=True, label='127.0.0.1:5398'): connection refused (nothing listens there))",
     "internal error while resolving: KeyError('x')",
     "cannot read: OSError(98, 'Address already in use')",
-    "state: <splitdns.tunnel.TunnelState object at 0x7f3a2b1c0d90>",
+    "state: <splitdns.core.tunnel.TunnelState object at 0x7f3a2b1c0d90>",
     "got TimeoutError()",
     # containers in an f-string
     "policy: unknown policy 'fastest'; use one of ('random', 'round_robin', 'sequential')",

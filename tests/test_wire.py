@@ -11,8 +11,8 @@ import dns.rrset
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import entries, queries, wire
-from splitdns.cache import Cache
+from splitdns.codec import entries, queries, wire
+from splitdns.core.cache import Cache
 from splitdns.directives.cache import CacheSpec
 from tests.helpers import indexed, query, reply
 from tests.helpers import wire as to_wire

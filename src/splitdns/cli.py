@@ -10,9 +10,12 @@ import sys
 import textwrap
 import traceback
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from splitdns import __version__
+
+if TYPE_CHECKING:
+    from splitdns.kube.inject import Settings
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): not 1 or 2, which commands use for findings and bad input
 
@@ -407,11 +410,21 @@ def _check(a: argparse.Namespace) -> int:
     return check.run(a.files, a.resolver, a.kube_version, a.output, not a.brief)
 
 
+def _webhook_settings(flags: list[str], namespace: str) -> Settings:
+    """The settings `splitdns webhook FLAGS` runs with (its ownership record names its own flags)."""
+    from splitdns.commands import inject, render
+
+    args = _parser().parse_args(["webhook", "--tls-cert", "-", "--tls-key", "-", *flags])
+    fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__
+              and k != "namespace"}
+    return inject.settings(render.Request(**fields), excluded=(namespace,))
+
+
 def _render(a: argparse.Namespace) -> int:
     from splitdns.commands import render
 
     fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
-    return render.run(render.Request(**fields))
+    return render.run(render.Request(**fields), _webhook_settings)
 
 
 def _explain(a: argparse.Namespace) -> int:

@@ -10,18 +10,17 @@ import difflib
 import functools
 import ipaddress
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from splitdns import corefile
+from splitdns import corefile, directives
 from splitdns.directives import (
     bind,
     cache,
     forward,
     hosts,
     limits,
-    loadbalance,
     logging,
     openvpn,
     operations,
@@ -34,38 +33,6 @@ from splitdns.errors import ConfigError, Location
 
 DEFAULT_PORT = 53
 _CIDR = re.compile(r"[0-9a-fA-F.:]+/[0-9]+")  # what CoreDNS would read as a network
-
-SUPPORTED = ("bind", "cache", "errors", "forward", "health", "hosts", "limits", "loadbalance", "log",
-             "loop", "openvpn", "private_addresses", "prometheus", "ready", "reload", "rewrite",
-             "template")
-# Directives CoreDNS has that we deliberately do not: named in the error so the user
-# knows the Corefile is fine for CoreDNS but not for us.
-COREDNS_ONLY = (
-    "acl", "any", "auto", "autopath", "azure", "cancel", "chaos", "clouddns", "debug",
-    "dns64", "dnssec", "dnstap", "erratic", "etcd", "file", "geoip", "grpc", "header",
-    "k8s_external", "kubernetes", "local", "metadata", "minimal",
-    "multisocket", "nsid", "pprof", "root", "route53", "secondary", "sign",
-    "timeouts", "tls", "trace", "transfer", "tsig", "view", "whoami",
-)
-# CoreDNS runs plugins in a compiled order (plugin.cfg), not in file order; so do we. This is
-# that order among our directives, ours placed where they act: the per-query steps of a block
-# (local.steps_of, resolve.Zone) are read from it.
-ORDER = ("reload", "bind", "limits", "ready", "health", "prometheus", "errors", "log", "loadbalance",
-         "cache", "rewrite", "template", "hosts", "loop", "private_addresses", "openvpn", "forward")
-ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready", "openvpn",
-        "limits", "private_addresses", "hosts", "loadbalance")
-REPEATED = ("rewrite", "template")  # several in a block: all of them, in file order
-PARSERS: dict[str, Callable[[corefile.Statement], object]] = {
-    "bind": bind.parse, "cache": cache.parse, "errors": logging.parse_errors, "log": logging.parse_log,
-    "health": operations.parse_health, "ready": operations.parse_ready,
-    "prometheus": operations.parse_prometheus, "reload": operations.parse_reload,
-    "loop": operations.parse_loop, "openvpn": openvpn.parse, "limits": limits.parse,
-    "private_addresses": private.parse, "hosts": hosts.parse, "loadbalance": loadbalance.parse,
-}
-REPEATED_PARSERS: dict[str, Callable[[corefile.Statement], object]] = {
-    "rewrite": rewrite.parse, "template": template.parse,
-}
-
 
 @dataclass(frozen=True)
 class Block:
@@ -174,18 +141,18 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
     forwards: list[forward.ForwardSpec] = []
     for st in sb.directives:
         name = st.name
-        if name not in SUPPORTED:
+        if name not in directives.SUPPORTED:
             raise _unknown(st)
-        if name in ONCE and name in seen:
+        if name in directives.ONCE and name in seen:
             raise ConfigError(st.where, f"{name} can be used only once per server block "
                                         f"(first at {seen[name].where})")
         seen[name] = st
         if name == "forward":
             forwards.append(forward.parse(st, read_files))
-        elif name in REPEATED:
-            values[name] = (*values.get(name, ()), REPEATED_PARSERS[name](st))  # type: ignore[misc]
+        elif name in directives.REPEATED:
+            values[name] = (*values.get(name, ()), directives.REPEATED_PARSERS[name](st))  # type: ignore[misc]
         else:
-            values[name] = PARSERS[name](st)  # the Block field is named after the directive
+            values[name] = directives.PARSERS[name](st)  # the Block field is named after the directive
     if "bind" in values:
         values["explicit_bind"] = True
     if "openvpn" in values and not forwards:
@@ -202,8 +169,8 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
 
 
 def _unknown(st: corefile.Statement) -> ConfigError:
-    supported = ", ".join(SUPPORTED)
-    if st.name in COREDNS_ONLY:
+    supported = ", ".join(directives.SUPPORTED)
+    if st.name in directives.COREDNS_ONLY:
         return ConfigError(st.where, f"{st.name!r} is a CoreDNS plugin that splitdns does not "
                                      f"implement; splitdns supports: {supported}")
     guess = near_miss(st.name)
@@ -211,7 +178,8 @@ def _unknown(st: corefile.Statement) -> ConfigError:
     return ConfigError(st.where, f"unknown directive {st.name!r}{hint}; splitdns supports: {supported}")
 
 
-def near_miss(name: str, known: tuple[str, ...] = SUPPORTED + COREDNS_ONLY) -> str | None:
+def near_miss(name: str,
+              known: tuple[str, ...] = directives.SUPPORTED + directives.COREDNS_ONLY) -> str | None:
     """The known directive a misspelt one most likely meant (`erors` -> `errors`), or None."""
     found = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.75)
     return found[0] if found else None

@@ -16,12 +16,14 @@ import dns.name
 import dns.rcode
 import dns.reversename
 
-from splitdns import config, entries, hostsfiles
+from splitdns import config
+from splitdns.codec import entries
+from splitdns.codec.wire import RD, Query, name_to_wire, wire_to_text
+from splitdns.core.local import Rewritten
+from splitdns.core.resolve import Router, Zone
 from splitdns.errors import ConfigError, Location
 from splitdns.kube import corefile_model, sources
-from splitdns.local import Rewritten
-from splitdns.resolve import Router, Zone
-from splitdns.wire import RD, Query, name_to_wire, wire_to_text
+from splitdns.shell import hostsfiles
 
 EXIT_OK, EXIT_CONFIG = 0, 2
 DEFAULT_CONF = "Corefile"

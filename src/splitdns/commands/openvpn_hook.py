@@ -12,7 +12,8 @@ import os
 import sys
 from collections.abc import Mapping
 
-from splitdns import openvpn, tunnel
+from splitdns.core import tunnel
+from splitdns.shell import openvpn
 
 UP_SCRIPTS = ("up", "route-up")
 DOWN_SCRIPTS = ("down", "route-pre-down")

@@ -4,6 +4,7 @@ into a directory."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -12,6 +13,9 @@ from splitdns.kube import manifests
 
 if TYPE_CHECKING:
     from splitdns.kube.inject import Settings
+
+    # flags of `splitdns webhook`, its namespace -> the settings it injects with
+    WebhookSettings = Callable[[list[str], str], Settings]
     from splitdns.kube.plan import Plan
 
 EXIT_OK, EXIT_CLUSTER, EXIT_INPUT = 0, 1, 2
@@ -42,8 +46,10 @@ class Request:
     webhook_namespace: str = "splitdns-system"
 
 
-def files(req: Request) -> dict[str, str]:
-    """The rendered files (name -> text); raises PlanError on missing or wrong inputs."""
+def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict[str, str]:
+    """The rendered files (name -> text); raises PlanError on missing or wrong inputs.
+    `webhook_settings` reads the flags the rendered webhook runs with back into the settings it
+    will inject (the command line's parser does that), so its ownership record is its own."""
     from splitdns.kube import render
     from splitdns.kube.manifests import Options
 
@@ -52,22 +58,13 @@ def files(req: Request) -> dict[str, str]:
         from splitdns.kube import webhook_manifests
 
         given = inject.settings(req, excluded=(req.webhook_namespace,))
-        return webhook_manifests.render(webhook_settings(webhook_manifests.settings_args(given),
-                                                         req.webhook_namespace), req.webhook_namespace)
+        if webhook_settings is not None:
+            given = webhook_settings(webhook_manifests.settings_args(given), req.webhook_namespace)
+        return webhook_manifests.render(given, req.webhook_namespace)
     plan = build_plan(req)
     opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, app_image=req.app_image,
                    vpn_image=req.vpn_image, sidecar=req.sidecar)
     return render.render(plan, opts, req.form)
-
-
-def webhook_settings(flags: list[str], namespace: str) -> Settings:
-    """The settings `splitdns webhook FLAGS` runs with (its ownership record names its own flags)."""
-    from splitdns import cli
-    from splitdns.commands import inject
-
-    args = cli._parser().parse_args(["webhook", "--tls-cert", "-", "--tls-key", "-", *flags])
-    fields = {k: v for k, v in vars(args).items() if k in Request.__dataclass_fields__ and k != "namespace"}
-    return inject.settings(Request(**fields), excluded=(namespace,))
 
 
 def build_plan(req: Request) -> Plan:
@@ -107,12 +104,12 @@ def build_plan(req: Request) -> Plan:
                  ndots=req.ndots, management=req.management, cluster_wide=form == "cluster-wide")
 
 
-def run(req: Request) -> int:
+def run(req: Request, webhook_settings: WebhookSettings | None = None) -> int:
     from splitdns.kube.cluster import ClusterReadError
     from splitdns.kube.plan import PlanError
 
     try:
-        out = files(req)
+        out = files(req, webhook_settings)
     except ClusterReadError as err:
         print(f"splitdns render: {err}", file=sys.stderr)
         return EXIT_CLUSTER

@@ -8,10 +8,11 @@ import os
 from collections.abc import Coroutine
 from pathlib import Path
 
-from splitdns import __version__, config, logs
+from splitdns import __version__, config
 from splitdns.errors import ConfigError
-from splitdns.lifecycle import Runtime
-from splitdns.server import Server
+from splitdns.shell import logs
+from splitdns.shell.lifecycle import Runtime
+from splitdns.shell.server import Server
 
 EXIT_OK, EXIT_START, EXIT_CONFIG = 0, 1, 2
 

@@ -1,4 +1,4 @@
-"""`cache`: parse the directive; the cache itself lives in `splitdns.cache`.
+"""`cache`: parse the directive; the cache itself lives in `splitdns.core.cache`.
 
 Syntax (CoreDNS's):
 

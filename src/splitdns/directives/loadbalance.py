@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import struct
 
-from splitdns import wire
+from splitdns.codec import wire
 from splitdns.corefile import Statement
 from splitdns.directives import _args
 from splitdns.errors import ConfigError

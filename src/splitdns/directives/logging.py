@@ -14,10 +14,10 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
+from splitdns.codec.wire import name_to_wire
 from splitdns.corefile import Statement
 from splitdns.directives import _args
 from splitdns.errors import ConfigError
-from splitdns.wire import name_to_wire
 
 CLASSES = ("success", "denial", "error", "all")
 FORMATS = ("coredns", "json")

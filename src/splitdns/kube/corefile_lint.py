@@ -8,17 +8,17 @@ import ipaddress
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from splitdns import config, corefile
+from splitdns import config, corefile, directives
+from splitdns.codec.wire import is_subdomain, name_to_wire
 from splitdns.directives import forward
 from splitdns.errors import ConfigError
 from splitdns.kube.corefile_model import Block
 from splitdns.kube.findings import Finding
 from splitdns.kube.sources import CLUSTER, POD, CorefileSource
-from splitdns.wire import is_subdomain, name_to_wire
 
 # CoreDNS's plugins (plugin.cfg of 1.12), so `--resolver coredns` knows what CoreDNS accepts.
 COREDNS_PLUGINS = frozenset((
-    *config.COREDNS_ONLY, "bind", "bufsize", "cache", "errors", "forward", "health", "log", "loop",
+    *directives.COREDNS_ONLY, "bind", "bufsize", "cache", "errors", "forward", "health", "log", "loop",
     "nomad", "on", "prometheus", "ready", "reload",
 ))
 _WRITES_CONFIG_ERRORS = ("SD101", "SD109", "SD110", "SD112")
@@ -121,20 +121,20 @@ Add = Callable[[int, str, str], None]
 def _directives(block: Block, resolver: str, src: CorefileSource, add: Add) -> None:
     for st in block.statements:
         name = st.name
-        if name not in COREDNS_PLUGINS and name not in config.SUPPORTED:
+        if name not in COREDNS_PLUGINS and name not in directives.SUPPORTED:
             # Neither resolver knows it: a typo, so no advice to switch resolvers.
-            guess = config.near_miss(name, tuple(sorted(COREDNS_PLUGINS | set(config.SUPPORTED))))
+            guess = config.near_miss(name, tuple(sorted(COREDNS_PLUGINS | set(directives.SUPPORTED))))
             hint = f"; did you mean `{guess}`?" if guess else ""
             add(src.line(st.where), "SD112", f"`{name}` is not a directive splitdns or CoreDNS knows{hint}")
         elif resolver == "coredns":
             if name not in COREDNS_PLUGINS:
                 add(src.line(st.where), "SD110", f"`{name}` is splitdns's own directive; CoreDNS refuses "
                                                  "to start on it")
-        elif name not in config.SUPPORTED:
-            what = ("a CoreDNS plugin that splitdns does not implement" if name in config.COREDNS_ONLY
+        elif name not in directives.SUPPORTED:
+            what = ("a CoreDNS plugin that splitdns does not implement" if name in directives.COREDNS_ONLY
                     else "not supported by this splitdns build")
             add(src.line(st.where), "SD110",
-                f"`{name}` is {what}; it supports: {', '.join(config.SUPPORTED)}")
+                f"`{name}` is {what}; it supports: {', '.join(directives.SUPPORTED)}")
 
 
 def _forwards(block: Block, src: CorefileSource, pods: list[PodResolvConf], add: Add, cluster: bool) -> None:

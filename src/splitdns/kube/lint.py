@@ -10,12 +10,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from splitdns.codec.wire import name_to_wire
+from splitdns.core.resolve import Router, Zone
 from splitdns.kube import corefile_lint, pod_lint, schema, sources
 from splitdns.kube.corefile_model import Block, Model
 from splitdns.kube.findings import Finding, ordered
 from splitdns.kube.sources import POD, CorefileSource, Inputs, Workload
-from splitdns.resolve import Router, Zone
-from splitdns.wire import name_to_wire
 
 _NOT_PRIVATE = ("cluster.local.", "in-addr.arpa.", "ip6.arpa.")
 

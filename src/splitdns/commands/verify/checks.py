@@ -16,8 +16,10 @@ import dns.query
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import config, resolve, wire
-from splitdns.diagnosis import NameCheck, TcpCheck
+from splitdns import config
+from splitdns.codec import wire
+from splitdns.commands.verify.diagnosis import NameCheck, TcpCheck
+from splitdns.core import resolve
 
 TIMEOUT = 2.0
 

@@ -20,9 +20,9 @@ import ssl
 import struct
 from dataclasses import dataclass
 
-from splitdns import reply as replies
+from splitdns.codec import reply as replies
 from splitdns.directives.forward import TlsSettings, Upstream, tls_context
-from splitdns.upstream import Counters, UpstreamError, describe, stream_reply
+from splitdns.shell.upstream import Counters, UpstreamError, describe, stream_reply
 
 POOL_SIZE = 8  # connections (and attempts under way) per upstream
 

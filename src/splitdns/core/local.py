@@ -2,7 +2,7 @@
 
 After the cache and before `forward`, as CoreDNS's plugin.cfg runs them: `rewrite` changes
 the name the later steps see, `template` answers what its regexes match, `hosts` what its
-entries name. The steps run in `config.ORDER`, the one list of the per-query order. What
+entries name. The steps run in `directives.ORDER`, the one list of the per-query order. What
 they decide is a reply made here (an `Entry`, kept per question so the next one is a
 lookup, as a cache hit is), a rewritten query for the upstream (`Rewritten`, whose reply
 `revert` maps back to the client's names), or nothing (the query goes upstream as asked).
@@ -23,8 +23,9 @@ import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
 
-from splitdns import config, entries, wire
-from splitdns import reply as replies
+from splitdns import directives
+from splitdns.codec import entries, wire
+from splitdns.codec import reply as replies
 from splitdns.directives import hosts as hosts_directive
 from splitdns.directives._args import domain_name
 from splitdns.directives.hosts import in_zone
@@ -36,9 +37,9 @@ if TYPE_CHECKING:
     import dns.name
     import dns.rdata
 
-    from splitdns.cache import Cache
+    from splitdns.codec.entries import Entry
     from splitdns.config import Block
-    from splitdns.entries import Entry
+    from splitdns.core.cache import Cache
 
 STEPS = ("rewrite", "template", "hosts")
 MAX_ANSWERS = 4096  # questions answered here and kept; a flood of new names only empties it
@@ -49,8 +50,8 @@ _TARGETS = {"CNAME": "target", "DNAME": "target", "NS": "target", "PTR": "target
 
 
 def steps_of(block: Block) -> tuple[str, ...]:
-    """The block's local steps, in the order `config.ORDER` gives every directive."""
-    return tuple(name for name in config.ORDER if name in STEPS and getattr(block, name))
+    """The block's local steps, in the order `directives.ORDER` gives every directive."""
+    return tuple(name for name in directives.ORDER if name in STEPS and getattr(block, name))
 
 
 @dataclass(frozen=True)

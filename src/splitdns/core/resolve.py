@@ -52,18 +52,18 @@ from typing import TYPE_CHECKING
 
 import dns.rcode
 
-from splitdns import entries, wire
-from splitdns import reply as replies
-from splitdns.cache import Cache
+from splitdns.codec import entries, wire
+from splitdns.codec import reply as replies
+from splitdns.codec.entries import Entry
 from splitdns.config import Block
+from splitdns.core.cache import Cache
+from splitdns.core.local import Local, Rewritten, revert, steps_of
+from splitdns.core.memo import Memo
+from splitdns.core.metrics import ZoneStats
+from splitdns.core.rebinding import PrivateFilter
+from splitdns.core.tunnel import TunnelState
 from splitdns.directives import loadbalance
 from splitdns.directives.forward import ForwardSpec, Upstream
-from splitdns.entries import Entry
-from splitdns.local import Local, Rewritten, revert, steps_of
-from splitdns.memo import Memo
-from splitdns.metrics import ZoneStats
-from splitdns.rebinding import PrivateFilter
-from splitdns.tunnel import TunnelState
 
 if TYPE_CHECKING:
     import dns.message

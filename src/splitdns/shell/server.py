@@ -27,25 +27,15 @@ from dataclasses import dataclass, field
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import (
-    datagrams,
-    entries,
-    hostsfiles,
-    local,
-    logs,
-    metrics,
-    queries,
-    resolve,
-    tcp,
-    upstream,
-    wire,
-)
+from splitdns.codec import entries, queries, wire
+from splitdns.codec.entries import Entry
 from splitdns.config import Block, Config
+from splitdns.core import local, metrics, resolve
+from splitdns.core.local import Rewritten
+from splitdns.core.memo import Remembered, Tally
 from splitdns.directives import loadbalance
-from splitdns.entries import Entry
-from splitdns.local import Rewritten
-from splitdns.memo import Remembered, Tally
-from splitdns.probes import UpstreamProbes
+from splitdns.shell import datagrams, hostsfiles, logs, tcp, upstream
+from splitdns.shell.probes import UpstreamProbes
 
 _TALLY = operator.attrgetter("tally")
 # A burst of clients at once (a herd at expiry) must queue, not drop: the kernel's default

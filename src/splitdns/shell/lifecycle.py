@@ -29,12 +29,15 @@ from pathlib import Path
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import config, corefile, http, logs, metrics, openvpn, resolve, wire
+from splitdns import config, corefile
+from splitdns.codec import wire
+from splitdns.core import metrics, resolve
+from splitdns.core.tunnel import TunnelState
 from splitdns.directives.forward import Upstream
 from splitdns.directives.openvpn import OpenVPNSpec
 from splitdns.errors import ConfigError
-from splitdns.server import Server, spawn_into
-from splitdns.tunnel import TunnelState
+from splitdns.shell import http, logs, openvpn
+from splitdns.shell.server import Server, spawn_into
 
 PROBE_INTERVAL = 1.0
 # /ready?zone=Z probes the zone's upstreams that have not replied for this long, so the check
@@ -139,7 +142,7 @@ class Runtime:
         if cfg.prometheus:
             from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-            from splitdns import exposition
+            from splitdns.shell import exposition
 
             registry = exposition.registry(exposition.ServerCollector(
                 self._zones_for_metrics, self.process,

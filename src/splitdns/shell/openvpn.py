@@ -15,8 +15,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from splitdns import logs, tunnel
+from splitdns.core import tunnel
 from splitdns.directives.openvpn import OpenVPNSpec
+from splitdns.shell import logs
 
 RETRY = 1.0
 POLL = 0.2          # the state file: a change is seen within 200 ms

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import struct
 
-from splitdns import wire
+from splitdns.codec import wire
 
 Entry = bytes
 HEAD = struct.Struct("!ddBH")  # stored at, TTL, kind, number of TTL offsets; then the offsets

@@ -13,7 +13,9 @@ import asyncio
 import struct
 from collections.abc import Callable, Coroutine
 
-from splitdns import resolve, upstream, wire
+from splitdns.codec import wire
+from splitdns.core import resolve
+from splitdns.shell import upstream
 
 PROBE_TIMEOUT = 1.0
 TYPE_NS = 2

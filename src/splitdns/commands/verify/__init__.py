@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from splitdns import checks, config, diagnosis
+from splitdns import config
+from splitdns.commands.verify import checks, diagnosis
 from splitdns.errors import ConfigError
 
 DEFAULT_NAME = "kubernetes.default.svc.cluster.local"

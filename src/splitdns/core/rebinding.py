@@ -12,10 +12,10 @@ import ipaddress
 import struct
 from typing import TYPE_CHECKING
 
-from splitdns import reply as replies
-from splitdns import wire
+from splitdns.codec import reply as replies
+from splitdns.codec import wire
+from splitdns.codec.reply import T_A, T_AAAA
 from splitdns.directives.private import PrivateSpec
-from splitdns.reply import T_A, T_AAAA
 
 if TYPE_CHECKING:
     import dns.message

@@ -18,8 +18,8 @@ import socket
 import struct
 import weakref
 
-from splitdns import reply as replies
-from splitdns import wire
+from splitdns.codec import reply as replies
+from splitdns.codec import wire
 from splitdns.directives.forward import Upstream
 
 
@@ -73,7 +73,7 @@ async def ask(sent: bytes, up: Upstream, tcp: bool, timeout: float,
     if timeout <= 0:
         raise UpstreamError("no time left before the deadline")
     if up.tls is not None:
-        from splitdns import dot  # the TLS path: only for tls:// upstreams
+        from splitdns.shell import dot
 
         return await dot.ask(sent, up, timeout, counters)
     if tcp:

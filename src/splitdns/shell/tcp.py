@@ -12,10 +12,10 @@ import asyncio
 import struct
 from typing import TYPE_CHECKING
 
-from splitdns import queries, wire
+from splitdns.codec import queries, wire
 
 if TYPE_CHECKING:
-    from splitdns.server import Listener, Server
+    from splitdns.shell.server import Listener, Server
 
 TCP_IDLE_TIMEOUT = 10.0      # CoreDNS: idle 10 s, read 3 s
 TCP_READ_TIMEOUT = 3.0

@@ -25,7 +25,7 @@ import dns.exception
 from dns.rdataclass import RdataClass
 from dns.rdatatype import RdataType
 
-from splitdns import wire
+from splitdns.codec import wire
 
 if TYPE_CHECKING:
     import dns.message

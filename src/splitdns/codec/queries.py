@@ -24,7 +24,7 @@ import dns.rcode
 import dns.rdataclass
 import dns.rdatatype
 
-from splitdns import wire
+from splitdns.codec import wire
 
 if TYPE_CHECKING:
     import dns.message

@@ -14,10 +14,10 @@ from collections.abc import Mapping
 
 import dns.rcode
 
-from splitdns import entries, wire
+from splitdns.codec import entries, wire
+from splitdns.codec.entries import Entry
+from splitdns.codec.reply import Reply
 from splitdns.directives.cache import CacheSpec
-from splitdns.entries import Entry
-from splitdns.reply import Reply
 
 SUCCESS, DENIAL, SERVFAIL = entries.SUCCESS, entries.DENIAL, entries.SERVFAIL
 

@@ -18,7 +18,7 @@ from typing import TextIO
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import wire
+from splitdns.codec import wire
 
 _FLAG_NAMES = ((wire.QR, "qr"), (wire.AA, "aa"), (wire.TC, "tc"), (wire.RD, "rd"),
                (wire.RA, "ra"), (wire.AD, "ad"), (wire.CD, "cd"))

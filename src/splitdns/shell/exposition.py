@@ -14,10 +14,10 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from splitdns import __version__
-from splitdns.metrics import ProcessStats, ZoneStats
+from splitdns.core.metrics import ProcessStats, ZoneStats
 
 if TYPE_CHECKING:
-    from splitdns.resolve import Zone
+    from splitdns.core.resolve import Zone
 
 # CoreDNS's zone label for replies no zone gave (no zone matches, a class other than IN,
 # FORMERR, NOTIMP): every answer is counted somewhere.

@@ -17,11 +17,11 @@ import math
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from splitdns import entries, wire
+from splitdns.codec import entries, wire
 
 if TYPE_CHECKING:
-    from splitdns.entries import Entry
-    from splitdns.resolve import Zone
+    from splitdns.codec.entries import Entry
+    from splitdns.core.resolve import Zone
 
 Tally = tuple["Zone", int, int]  # what a hit counts under: zone, query type, rcode
 
