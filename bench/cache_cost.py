@@ -18,7 +18,7 @@ import dns.message
 import dns.rrset
 
 from splitdns.codec import wire
-from splitdns.codec.reply import reread
+from splitdns.codec.reply import read_canonical
 from splitdns.core.cache import Cache
 from splitdns.directives.cache import CacheSpec
 
@@ -45,7 +45,7 @@ def main() -> None:
     before = rss()
     for i in range(count):
         name = f"n{i}.bench.example.org."
-        reply = reread(answer(name, f"192.0.2.{i % 250}"))
+        reply = read_canonical(answer(name, f"192.0.2.{i % 250}"))
         assert reply is not None
         owner = wire.name_to_wire(name)
         cache.put(owner + b"\x00\x01\x00\x01\x00", owner, reply, 0.0)

@@ -83,7 +83,7 @@ def upstream_path(packet: bytes) -> None:
     raw = SENT[:2] + packet  # the right ID, so the interesting checks run
     if not wire.reply_matches(SENT, raw):
         return
-    got = replies.parse(SENT, raw)
+    got = replies.read_matched(raw)
     if got is None:
         return
     q = _SEED_QUERY

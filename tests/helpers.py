@@ -7,7 +7,7 @@ import dns.message
 import dns.rcode
 import dns.rrset
 
-from splitdns.codec.reply import Reply, reread
+from splitdns.codec.reply import Reply, read_canonical
 
 
 def query(name: str, rdtype: str = "A", *, qid: int = 0x1234, edns: int = 0, payload: int = 1232,
@@ -47,6 +47,6 @@ SOA = "example.org. 300 IN SOA ns.example.org. hostmaster.example.org. 1 3600 60
 
 def indexed(msg: dns.message.Message) -> Reply:
     """An upstream reply as the core sees it (read by the hand reader, no query to match)."""
-    got = reread(wire(msg))
+    got = read_canonical(wire(msg))
     assert got is not None
     return got

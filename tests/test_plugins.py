@@ -301,9 +301,9 @@ def rewritten_reply(rules: str, name: str, *records: str) -> dns.message.Message
     made = zone.local.decide(q)
     assert isinstance(made, local.Rewritten)
     asked = query(wire.wire_to_text(made.query.name))
-    from splitdns.codec.reply import reread
+    from splitdns.codec.reply import read_canonical
 
-    upstream = reread(to_wire(reply(asked, *records)))
+    upstream = read_canonical(to_wire(reply(asked, *records)))
     assert upstream is not None
     done = resolve.unrewrite(resolve.Done(upstream), made)
     assert done.reply is not None
@@ -429,13 +429,13 @@ def test_a_blocks_local_steps_follow_config_order_not_the_file() -> None:
 # -- the hit path: the memo hands out rotations and the block's own answers -------------------
 
 def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() -> None:
-    from splitdns.codec.reply import reread
+    from splitdns.codec.reply import read_canonical
 
     zone = zone_of(". {\n cache 3600\n loadbalance\n forward . 127.0.0.1:5399\n}\n")
     router = resolve.Router([zone])
     data = to_wire(query("lb.example.org"))
     q = wire.parse_query(data)
-    upstream = reread(to_wire(reply(query("lb.example.org"),
+    upstream = read_canonical(to_wire(reply(query("lb.example.org"),
                                     *(f"lb.example.org. 60 IN A 10.0.0.{i}" for i in (1, 2, 3)))))
     assert q is not None and upstream is not None and zone.cache is not None
     entry = zone.cache.put(q.key, q.name, upstream, 100.0)

@@ -154,16 +154,16 @@ def with_broken_caa(msg: dns.message.Message, owner: bytes) -> bytes:
 def test_a_reply_dnspython_cannot_rewrite_is_refused_not_passed_on(monkeypatch: pytest.MonkeyPatch) -> None:
     catch_all, _ = zones()
     up = reply(query("v4.public.test.", edns=-1), "v4.public.test. 60 IN A 127.0.0.1")
-    assert replies.reread(with_broken_caa(up, b"\x00")) is None  # the reader asks dnspython
+    assert replies.read_canonical(with_broken_caa(up, b"\x00")) is None  # the reader asks dnspython
     # Were the reader ever to let through what dnspython refuses, the rewrite meets it:
     monkeypatch.setattr(replies, "_dnspython_reads", lambda *_: True)
-    broken = replies.reread(with_broken_caa(up, b"\x00"))
+    broken = replies.read_canonical(with_broken_caa(up, b"\x00"))
     assert broken is not None
     done, removed = catch_all.without_private(resolve.Done(broken))
     assert done.reply is None and done.error is not None and "could not be rewritten" in done.error
     assert removed == []
     router = resolve.Router([catch_all, *zones()[1:]])
-    foreign = replies.reread(with_broken_caa(reply(query("x.public.test.", edns=-1),
+    foreign = replies.read_canonical(with_broken_caa(reply(query("x.public.test.", edns=-1),
                                                    "x.public.test. 60 IN A 192.0.2.1"),
                                              wire.name_to_wire("corp.example.")))
     assert foreign is not None

@@ -7,7 +7,7 @@ and keeps what the core needs: flags, rcode, TTLs, the SOA for negative caching,
 of the authority and additional records, and the offsets of every TTL. Anything malformed
 reads as None, which the caller treats as "not a reply" (dropped, counted, keep waiting).
 The one legal shape it leaves to dnspython whole is an OPT record that is not last
-(`parse` rewrites it in canonical order). Rdata of the other types (CAA, HTTPS, the RRSIGs
+(`read_matched` has dnspython rewrite it in canonical order). Rdata of the other types (CAA, HTTPS, the RRSIGs
 and NSECs of a reply asked with DO, ...), of other classes and EDNS options are checked by
 dnspython record by record: 20-30 us each (an HTTPS record 32, an RRSIG 18, against 5 us
 for a whole reply of two A records), on misses only, and a record a client's parser would
@@ -83,28 +83,19 @@ def ttl(value: int) -> int:
     return 0 if value & 0x80000000 else value  # RFC 2181 8: the top bit set means zero
 
 
-def parse(sent: bytes, data: bytes) -> Reply | None:
-    """The reply to `sent`, or None if `data` is not a well-formed reply to it that we can use."""
-    if not wire.reply_matches(sent, data):
-        return None
-    return parse_matched(data)
-
-
-def parse_matched(data: bytes) -> Reply | None:
-    """`parse` for bytes that passed `wire.reply_matches` (the caller counted the others)."""
+def read_matched(data: bytes) -> Reply | None:
+    """The reply in `data`, which passed `wire.reply_matches` (the caller counted the others):
+    read by hand, or rewritten by dnspython in the one legal shape the hand reader leaves to it.
+    None if it is not a well-formed reply we can use."""
     try:
-        return reread(data)
+        return read_canonical(data)
     except Unusual:
-        return rewrite(data)
+        return rewrite_with_dnspython(data)
 
 
-def read(sent: bytes, data: bytes) -> Reply | None:
-    """`parse` without the rewrite: raises `Unusual` where `parse` would rewrite."""
-    return reread(data) if wire.reply_matches(sent, data) else None
-
-
-def reread(data: bytes) -> Reply | None:
-    """`read` for bytes already known to match the query (`parse_matched`, our own rewrites)."""
+def read_canonical(data: bytes) -> Reply | None:
+    """The hand reader alone, for bytes known to match the query and written in canonical order
+    (ours, dnspython's): raises `Unusual` where OPT is not last, which `read_matched` rewrites."""
     _, flags, qdcount, ancount, nscount, arcount = wire.HEADER.unpack_from(data)
     try:
         return _walk(data, len(data), flags, (qdcount, ancount, nscount, arcount))
@@ -112,7 +103,8 @@ def reread(data: bytes) -> Reply | None:
         return None
 
 
-def rewrite(data: bytes, edit: Callable[[dns.message.Message], None] | None = None) -> Reply | None:
+def rewrite_with_dnspython(data: bytes,
+                           edit: Callable[[dns.message.Message], None] | None = None) -> Reply | None:
     """The reply as dnspython writes it back (OPT last, names compressed anew), after `edit`
     changed the message if given; None if dnspython refuses it. The rare paths that must
     change a reply's shape (OPT not last, records to remove) go through here: cutting bytes
@@ -127,7 +119,7 @@ def rewrite(data: bytes, edit: Callable[[dns.message.Message], None] | None = No
     except (dns.exception.DNSException, ValueError, IndexError, UnicodeError):
         return None
     try:
-        return reread(rewritten)
+        return read_canonical(rewritten)
     except Unusual:
         return None
 
@@ -273,7 +265,7 @@ def _rdata_ok(data: bytes, rtype: int, rclass: int, start: int, end: int) -> boo
 
 
 def _dnspython_reads(data: bytes, rtype: int, rclass: int, start: int, end: int) -> bool:
-    import dns.rdata  # here, as in `rewrite`: the common replies never need it
+    import dns.rdata  # here, as in `rewrite_with_dnspython`: the common replies never need it
 
     try:
         dns.rdata.from_wire(RdataClass.make(rclass), RdataType.make(rtype), data, start, end - start)

@@ -175,7 +175,7 @@ class Local:
         else:
             if applied:
                 revert_message(made, original, applied)
-            reply = replies.reread(made.to_wire(want_shuffle=False))  # hosts order, as written
+            reply = replies.read_canonical(made.to_wire(want_shuffle=False))  # hosts order, as written
             if reply is None:  # dnspython wrote what our reader refuses: say so, do not guess
                 return self._keep(q, SERVFAIL, original, ())
             negative = reply.rcode() == 3 or (reply.rcode() == 0 and not reply.answer)
@@ -199,7 +199,7 @@ def render(entry: Entry, q: wire.Query, cache: Cache | None) -> bytes:
 def revert(reply: replies.Reply, rewritten: Rewritten) -> replies.Reply | None:
     """An upstream's reply to a rewritten query, under the client's names (None if it
     cannot be rewritten)."""
-    return replies.rewrite(reply.data, lambda msg: revert_message(msg, rewritten.original,
+    return replies.rewrite_with_dnspython(reply.data, lambda msg: revert_message(msg, rewritten.original,
                                                                   rewritten.applied))
 
 

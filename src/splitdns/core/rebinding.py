@@ -2,7 +2,7 @@
 
 Checked on every reply the block's upstreams send, so the check reads the cached form in
 place (the TTL offsets locate every record: type before, rdata after) and decides with
-integer masks; only a reply that holds such an address is rewritten (`reply.rewrite`), as
+integer masks; only a reply that holds such an address is rewritten (`reply.rewrite_with_dnspython`), as
 `resolve.scrub` does. Pure: no sockets, no clock.
 """
 
@@ -52,7 +52,7 @@ class PrivateFilter:
         if not self.holds_private(reply):
             return None
         removed: list[str] = []
-        rewritten = replies.rewrite(reply.data, lambda msg: self._drop_private(msg, removed))
+        rewritten = replies.rewrite_with_dnspython(reply.data, lambda msg: self._drop_private(msg, removed))
         if rewritten is not None and not removed:
             return None  # every private address belonged to an allowed name
         return rewritten, removed

@@ -424,7 +424,7 @@ def scrub(done: Done, zone: Zone, router: Router) -> Done:
     An upstream speaks only for its own zone: the catch-all's server must not hand the client
     an NS or address for a name the tunnel or cluster zone owns (Unbound's scrub_sanitize, in
     split-DNS terms). The answer section is kept as it is: it answers the question asked.
-    Rare, so the reply is rewritten (`reply.rewrite`).
+    Rare, so the reply is rewritten (`reply.rewrite_with_dnspython`).
     """
     reply = done.reply
     if reply is None or all(router.route(owner) is zone for owner in reply.owners):
@@ -437,7 +437,7 @@ def scrub(done: Done, zone: Zone, router: Router) -> Done:
         msg.authority = [r for r in msg.authority if ours(r)]
         msg.additional = [r for r in msg.additional if ours(r)]
 
-    scrubbed = replies.rewrite(reply.data, drop_foreign)
+    scrubbed = replies.rewrite_with_dnspython(reply.data, drop_foreign)
     if scrubbed is None:  # dnspython could not rewrite it (a gap in the reader): refuse, not leak
         return Done(error="the upstream reply could not be rewritten without foreign records")
     return Done(scrubbed, done.rcode, done.error, done.ede)

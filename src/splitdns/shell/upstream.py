@@ -119,7 +119,7 @@ async def _ask_udp(sent: bytes, up: Upstream, timeout: float,
                 if not wire.reply_matches(sent, data):
                     counters.mismatched += 1
                     continue
-                reply = replies.parse_matched(data)
+                reply = replies.read_matched(data)
                 if reply is None:
                     counters.unparseable += 1
                     continue
@@ -175,7 +175,7 @@ def stream_reply(sent: bytes, data: bytes, counters: Counters, transport: str) -
     if not wire.reply_matches(sent, data):
         counters.mismatched += 1
         raise UpstreamError(f"{transport} reply does not match the query")
-    reply = replies.parse_matched(data)
+    reply = replies.read_matched(data)
     if reply is None:
         counters.unparseable += 1
         raise UpstreamError(f"{transport} reply does not parse")
