@@ -259,3 +259,20 @@ def test_queries_with_a_cookie_get_it_answered_and_malformed_ones_formerr() -> N
     assert isinstance(refused, bytes)
     (option,) = dns.message.from_wire(refused).options
     assert isinstance(option, dns.edns.CookieOption) and option.client == client
+
+
+@given(name=names, rd=st.booleans(), qid=st.integers(0, 0xFFFF))
+def test_our_own_queries_are_the_ones_dnspython_makes(name: str, rd: bool, qid: int) -> None:
+    """Probes and `explain` build their queries with `question_query`: a health probe is the
+    question alone (no EDNS, RD as `health_check ... no_rec` says), as CoreDNS's forward sends
+    it; a readiness or loop probe goes upstream as a client's query does."""
+    own = wire.question_query(wire.name_to_wire(name), dns.rdatatype.NS, recursion=rd)
+    assert own.name == wire.name_to_wire(name) and own.qtype == dns.rdatatype.NS and not own.edns
+    expected = dns.message.make_query(name.lower(), "NS", use_edns=False)
+    expected.id = qid
+    if not rd:
+        expected.flags &= ~dns.flags.RD
+    assert wire.upstream_query(own, qid, health_probe=True) == expected.to_wire()
+    expected = dns.message.make_query(name.lower(), "NS", use_edns=0, payload=wire.EDNS_PAYLOAD)
+    expected.id = qid
+    assert wire.upstream_query(wire.question_query(own.name, own.qtype), qid) == expected.to_wire()

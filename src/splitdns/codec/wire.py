@@ -145,8 +145,18 @@ def cookie_option(client: bytes) -> bytes:
     return b"\x00\x0a\x00\x10" + client + server
 
 
-def upstream_query(q: Query, qid: int) -> bytes:
-    """The query we send upstream: fresh ID, RD set, the client's CD and DO, our EDNS size."""
+def question_query(name: bytes, qtype: int, *, recursion: bool = True) -> Query:
+    """A query of our own, not a client's (readiness, loop and health probes, `explain`): one IN
+    question for `name` (lower-cased wire form), ID zero, no EDNS; RD unless `recursion` is off."""
+    question = name + _TYPE_CLASS.pack(qtype, CLASS_IN)
+    return Query(0, RD if recursion else 0, question, name, qtype, False, PLAIN_PAYLOAD, False)
+
+
+def upstream_query(q: Query, qid: int, *, health_probe: bool = False) -> bytes:
+    """The query we send upstream: fresh ID, RD set, the client's CD and DO, our EDNS size.
+    A health probe goes as CoreDNS's forward sends its: the question alone, RD as `q` has it."""
+    if health_probe:
+        return HEADER.pack(qid, q.flags & RD, 1, 0, 0, 0) + q.question
     header = HEADER.pack(qid, RD | (q.flags & CD), 1, 0, 0, 1)
     return header + q.question + opt_record(q.do)
 

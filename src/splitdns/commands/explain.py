@@ -14,11 +14,12 @@ from collections.abc import Callable
 import dns.exception
 import dns.name
 import dns.rcode
+import dns.rdatatype
 import dns.reversename
 
 from splitdns import config
 from splitdns.codec import entries
-from splitdns.codec.wire import RD, Query, name_to_wire, wire_to_text
+from splitdns.codec.wire import name_to_wire, question_query, wire_to_text
 from splitdns.core.local import Rewritten
 from splitdns.core.resolve import Router, Zone
 from splitdns.errors import ConfigError, Location
@@ -140,7 +141,7 @@ def _local(zone: Zone, wire: bytes) -> tuple[list[str], bytes | None]:
     if local is None:
         return [], wire
     hostsfiles.refresh(zone)
-    made = local.decide(Query(0, RD, wire + b"\x00\x01\x00\x01", wire, 1, False, 512, False))
+    made = local.decide(question_query(wire, dns.rdatatype.A))
     steps = ", ".join(local.steps)
     if made is None:
         return [f"  {steps} (in CoreDNS's plugin order) pass an A query for it on"], wire

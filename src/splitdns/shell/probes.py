@@ -10,7 +10,6 @@ upstream that has been silent for a while the same way (`check`).
 from __future__ import annotations
 
 import asyncio
-import struct
 from collections.abc import Callable, Coroutine
 
 from splitdns.codec import wire
@@ -46,15 +45,14 @@ class UpstreamProbes:
     async def _probe(self, fwd: resolve.ForwardState, state: resolve.UpstreamState, wait: float,
                      once_at_least: bool = False) -> None:
         spec = fwd.spec
-        name = wire.name_to_wire(spec.health_check_name)
+        question = wire.question_query(wire.name_to_wire(spec.health_check_name), TYPE_NS,
+                                       recursion=spec.health_check_rd)
         try:
             while state.fails > 0 or once_at_least:
                 once_at_least = False
                 await asyncio.sleep(wait)
                 began = self.clock()
-                flags = wire.RD if spec.health_check_rd else 0
-                probe = wire.HEADER.pack(self.query_ids(), flags, 1, 0, 0, 0) + name + \
-                    struct.pack("!HH", TYPE_NS, 1)
+                probe = wire.upstream_query(question, self.query_ids(), health_probe=True)
                 try:
                     await upstream.ask(probe, state.upstream, spec.force_tcp,
                                        min(PROBE_TIMEOUT, spec.read_timeout), self.counters)

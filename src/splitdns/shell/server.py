@@ -444,7 +444,7 @@ class Server:
     async def probe(self, zone: resolve.Zone, name: str, qtype: int) -> resolve.Done:
         """Ask a name through the zone's upstreams, bypassing the cache (readiness, loops)."""
         raw = wire.name_to_wire(name)
-        q = wire.Query(0, wire.RD, raw + struct.pack("!HH", qtype, 1), raw, qtype, False, 512, False)
+        q = wire.question_query(raw, qtype)
         fwd = zone.forward_for(raw)
         if fwd is None:
             return resolve.Done(error=f"no forward in zone {zone.name} covers {name}")
