@@ -98,6 +98,9 @@ def test_log_formats_fill_coredns_placeholders() -> None:
     custom = logs.templated_line(q, ("2001:db8::1", 53), "tcp", 29, out, 0.25,
                                  "{proto} Request: {name} {type} {>id} {remote} {/meta} {nope}")
     assert custom == f"[INFO] tcp Request: example.org. A {q.id} [2001:db8::1] - {{nope}}"
+    v6 = ("2001:db8::1", 40000)  # CoreDNS's log writes an IPv6 client as [2001:db8::1]:40000
+    assert logs.query_line(q, v6, "udp", 29, out, 0.25, False) == \
+        logs.templated_line(q, v6, "udp", 29, out, 0.25, "{common}")
 
 
 # --- cache disable ZONES ----------------------------------------------------------------------

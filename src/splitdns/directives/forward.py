@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 
 import dns.rcode
 
+from splitdns.addresses import host_port
 from splitdns.corefile import Statement
 from splitdns.directives import _args
 from splitdns.errors import ConfigError, Location
@@ -85,7 +86,7 @@ class Upstream:
     tls: TlsSettings | None = None  # DNS over TLS (tls://)
 
     def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+        return host_port(self.host, self.port)
 
 
 @dataclass(frozen=True)

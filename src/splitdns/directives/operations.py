@@ -17,6 +17,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from splitdns.addresses import host_port
 from splitdns.corefile import Statement
 from splitdns.directives import _args
 from splitdns.errors import ConfigError
@@ -28,8 +29,7 @@ class Endpoint:
     port: int
 
     def __str__(self) -> str:
-        host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"{host}:{self.port}"
+        return host_port(self.host, self.port)
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import dns.exception
 import dns.name
 
+from splitdns.addresses import host_port
 from splitdns.kube import corefile_model
 
 OPENVPN = "openvpn"
@@ -89,7 +90,7 @@ def upstream(text: str, zone: str) -> str:
         raise PlanError(f"zone {zone}: {port!r} is not a port")
     if not port or port == "53":
         return str(ip)
-    return f"[{ip}]:{port}" if ip.version == 6 else f"{ip}:{port}"
+    return host_port(str(ip), port)
 
 
 def parse_zone_flag(text: str) -> Route:

@@ -30,6 +30,7 @@ import dns.rcode
 import dns.rdatatype
 
 from splitdns import config, corefile
+from splitdns.addresses import host_port
 from splitdns.codec import wire
 from splitdns.core import metrics, resolve
 from splitdns.core.tunnel import TunnelState
@@ -160,14 +161,14 @@ class Runtime:
             except OSError as err:
                 for srv in self._http:
                     srv.close()
-                raise OSError(err.errno, f"cannot listen for HTTP on {host or '*'}:{port}: "
+                raise OSError(err.errno, f"cannot listen for HTTP on {host_port(host or '*', port)}: "
                                          f"{err.strerror}") from None
 
     def _zones_for_metrics(self) -> list[tuple[str, resolve.Zone]]:
         out = []
         for block, zone in self.server.zones.items():
             host = block.bind[0] if block.explicit_bind else ""
-            out.append((f"dns://{host}:{block.port}", zone))
+            out.append((f"dns://{host_port(host, block.port)}", zone))
         return out
 
     def _health(self, _: dict[str, list[str]]) -> http.Response:

@@ -18,6 +18,7 @@ from typing import TextIO
 import dns.rcode
 import dns.rdatatype
 
+from splitdns.addresses import host_port
 from splitdns.codec import wire
 
 _FLAG_NAMES = ((wire.QR, "qr"), (wire.AA, "aa"), (wire.TC, "tc"), (wire.RD, "rd"),
@@ -41,7 +42,7 @@ def query_line(q: wire.Query, remote: tuple[str, int] | tuple[str, int, int, int
             "bufsize": q.payload, "rcode": rcode, "rflags": _flags(reply), "rsize": len(reply),
             "duration": round(seconds, 6),
         })
-    return (f'[INFO] {remote[0]}:{remote[1]} - {q.id} "{qtype} IN {name} {proto} {size} '
+    return (f'[INFO] {host_port(remote[0], remote[1])} - {q.id} "{qtype} IN {name} {proto} {size} '
             f'{str(q.do).lower()} {q.payload}" {rcode} {_flags(reply)} {len(reply)} '
             f"{seconds:.9f}s")
 

@@ -15,6 +15,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from splitdns.addresses import host_port
 from splitdns.core import tunnel
 from splitdns.directives.openvpn import OpenVPNSpec
 from splitdns.shell import logs
@@ -204,7 +205,7 @@ def _why(err: BaseException) -> str:
 
 
 def _servers(state: tunnel.TunnelState) -> str:
-    return ", ".join(f"{h}:{p}" for h, p in state.pushed.servers)
+    return ", ".join(host_port(h, p) for h, p in state.pushed.servers)
 
 
 def write_state(path: str, state: tunnel.TunnelState) -> None:

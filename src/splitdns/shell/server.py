@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 import dns.rcode
 import dns.rdatatype
 
+from splitdns.addresses import host_port
 from splitdns.codec import entries, queries, wire
 from splitdns.codec.entries import Entry
 from splitdns.config import Block, Config
@@ -73,8 +74,7 @@ class Listener:
 
     @property
     def label(self) -> str:
-        return f"dns://{self.host}:{self.port}" if ":" not in self.host else \
-            f"dns://[{self.host}]:{self.port}"
+        return f"dns://{host_port(self.host, self.port)}"
 
     @property
     def family(self) -> str:
