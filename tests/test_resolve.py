@@ -244,7 +244,7 @@ def test_failing_fast_is_the_default_and_a_probe_reply_ends_it() -> None:
         sends += 1
         t += 2.0
         step = ex.failed(step, "timeout after 2s", now=t)
-        if sends == 1:  # the health probe started by that failure times out too (probes.py)
+        if sends == 1:  # the health probe started by that failure times out too (health_checks.py)
             fwd.upstreams[0].failed("health probe: timeout after 1s", fwd.spec.max_fails)
     assert sends == 2 and step.rcode == dns.rcode.SERVFAIL
     state = fwd.upstreams[0]

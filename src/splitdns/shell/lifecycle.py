@@ -186,7 +186,7 @@ class Runtime:
             now = self.server.clock()
             for zone in chosen:
                 for fwd, state in zone.unheard(now, READY_HEARD_WITHIN):
-                    self.server.probes.check(fwd, state)
+                    self.server.health_checks.check(fwd, state)
         else:
             problems = [f"{z.name}: {z.loop_error or z.not_ready_reason}" for z in zones
                         if z.loop_error or not z.ready]
@@ -229,7 +229,7 @@ class Runtime:
         while not zone.ready:
             reasons = []
             for name, qtype in names:
-                done = await self.server.probe(zone, name, qtype)
+                done = await self.server.ask_upstreams(zone, name, qtype)
                 rcode = done.reply.rcode() if done.reply is not None else None
                 if not self._answered(name, zone, rcode):
                     code = dns.rcode.Rcode.make(rcode if rcode is not None else done.rcode)
@@ -253,7 +253,7 @@ class Runtime:
             self.server.loop_probes[key] = zone
             detected_before = zone.stats.loops_detected
             try:
-                done = await self.server.probe(zone, name, dns.rdatatype.HINFO)
+                done = await self.server.ask_upstreams(zone, name, dns.rdatatype.HINFO)
             finally:
                 self.server.loop_probes.pop(key, None)
             if zone.stats.loops_detected > detected_before:

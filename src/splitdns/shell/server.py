@@ -36,7 +36,7 @@ from splitdns.core.local import Rewritten
 from splitdns.core.memo import Remembered, Tally
 from splitdns.directives import loadbalance
 from splitdns.shell import datagrams, hostsfiles, logs, tcp, upstream
-from splitdns.shell.probes import UpstreamProbes
+from splitdns.shell.health_checks import UpstreamHealthChecks
 
 _TALLY = operator.attrgetter("tally")
 # A burst of clients at once (a herd at expiry) must queue, not drop: the kernel's default
@@ -101,8 +101,8 @@ class Server:
     unrouted: dict[int, metrics.ZoneStats] = field(default_factory=dict)  # by port (Listener)
 
     def __post_init__(self) -> None:
-        self.probes = UpstreamProbes(self.clock, self.counters,
-                                     lambda coro: spawn_into(self._probe_tasks, coro), self.query_ids)
+        self.health_checks = UpstreamHealthChecks(
+            self.clock, self.counters, lambda coro: spawn_into(self._probe_tasks, coro), self.query_ids)
 
     async def start(self) -> None:
         self.zones = {block: resolve.Zone(block, cache_bytes=self.config.limits.cache_memory)
@@ -441,7 +441,7 @@ class Server:
         logs.error(f"plugin/loop: {zone.loop_error}. Query: \"HINFO {wire.wire_to_text(q.name)}\"")
         return wire.error_reply(q, dns.rcode.SERVFAIL, (resolve.EDE_NOT_READY, zone.loop_error))
 
-    async def probe(self, zone: resolve.Zone, name: str, qtype: int) -> resolve.Done:
+    async def ask_upstreams(self, zone: resolve.Zone, name: str, qtype: int) -> resolve.Done:
         """Ask a name through the zone's upstreams, bypassing the cache (readiness, loops)."""
         raw = wire.name_to_wire(name)
         q = wire.question_query(raw, qtype)
@@ -537,7 +537,7 @@ class Server:
                     self.clock() - began)
                 failed = step.upstream
                 step = exchange.failed(step, str(err), self.clock())
-                self.probes.watch(fwd, failed)
+                self.health_checks.watch(fwd, failed)
             else:
                 rcode = metrics.RCODES.get(reply.rcode(), "other")
                 zone.stats.upstream[(to, rcode)].observe(self.clock() - began)

@@ -1,4 +1,5 @@
-"""Health probes of failing upstreams, as CoreDNS's forward does them.
+"""Health checks of failing upstreams, as CoreDNS's forward does them (not the readiness and
+loop queries: those are `Server.ask_upstreams`, run by `lifecycle`).
 
 After an upstream fails once, it is probed (`. IN NS`, RD as `health_check ... no_rec` says)
 every `health_check` interval until any reply comes back: a reply of any rcode means the
@@ -16,11 +17,11 @@ from splitdns.codec import wire
 from splitdns.core import resolve
 from splitdns.shell import upstream
 
-PROBE_TIMEOUT = 1.0
+HEALTH_PROBE_TIMEOUT = 1.0
 TYPE_NS = 2
 
 
-class UpstreamProbes:
+class UpstreamHealthChecks:
     def __init__(self, clock: Callable[[], float], counters: upstream.Counters,
                  spawn: Callable[[Coroutine[object, object, None]], None],
                  query_ids: Callable[[], int]) -> None:
@@ -55,7 +56,7 @@ class UpstreamProbes:
                 probe = wire.upstream_query(question, self.query_ids(), health_probe=True)
                 try:
                     await upstream.ask(probe, state.upstream, spec.force_tcp,
-                                       min(PROBE_TIMEOUT, spec.read_timeout), self.counters)
+                                       min(HEALTH_PROBE_TIMEOUT, spec.read_timeout), self.counters)
                 except upstream.UpstreamError as err:
                     state.failed(f"health probe: {err}", spec.max_fails)
                 else:
