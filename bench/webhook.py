@@ -42,9 +42,10 @@ CONNECTIONS = 8
 
 STDLIB_SERVER = """
 import http.server, ssl, sys
-from splitdns.commands import inject, render
+from splitdns.commands import render
 from splitdns.kube import admission
-settings = inject.settings(render.Request(zones=["svc.acme.internal=openvpn"], cluster_dns="10.96.0.10"))
+settings = render.injection_settings(
+    render.Request(zones=["svc.acme.internal=openvpn"], cluster_dns="10.96.0.10"))
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def do_POST(self):

@@ -9,12 +9,11 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns.commands import inject as inject_command
 from splitdns.commands import render
 from splitdns.kube import admission
 
-SETTINGS = inject_command.settings(render.Request(zones=["svc.acme.internal=openvpn"],
-                                                  cluster_dns="10.96.0.10"))
+SETTINGS = render.injection_settings(render.Request(zones=["svc.acme.internal=openvpn"],
+                                                    cluster_dns="10.96.0.10"))
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=8),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
                                                                                  max_size=3), max_leaves=10)

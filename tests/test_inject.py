@@ -24,7 +24,6 @@ from hypothesis import settings as settings_
 from hypothesis import strategies as st
 
 from splitdns import __version__, cli, config
-from splitdns.commands import inject as inject_command
 from splitdns.commands import render
 from splitdns.kube import inject
 
@@ -45,7 +44,7 @@ def run_inject(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str
 def settings(*extra: str) -> inject.Settings:
     args = cli._parser().parse_args(["inject", *SETTINGS_ARGS, *extra])
     fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__}
-    return inject_command.settings(render.Request(**fields))
+    return render.injection_settings(render.Request(**fields))
 
 
 def expected(case: str) -> Path:
@@ -202,8 +201,8 @@ def test_refusals_leave_the_pod_unchanged_with_a_reason(pod: dict[str, Any], nam
 
 
 def test_the_webhooks_own_namespace_is_excluded() -> None:
-    s = inject_command.settings(render.Request(zones=["svc.acme.internal=openvpn"], cluster_dns="10.96.0.10"),
-                                excluded=("splitdns-system",))
+    req = render.Request(zones=["svc.acme.internal=openvpn"], cluster_dns="10.96.0.10")
+    s = render.injection_settings(req, excluded=("splitdns-system",))
     assert "splitdns-system" in inject.inject(POD, "splitdns-system", s).reason
     assert inject.inject(POD, "shop", s).injected
 

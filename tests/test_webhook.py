@@ -262,9 +262,10 @@ def test_the_webhook_needs_only_its_extra_not_the_render_dependencies() -> None:
     code = (
         "import json, sys\n"
         "from splitdns import cli\n"
-        "from splitdns.commands import inject, render, webhook\n"
+        "from splitdns.commands import render, webhook\n"
         "from splitdns.kube import admission\n"
-        "s = inject.settings(render.Request(zones=['svc.acme.internal=openvpn'], cluster_dns='10.96.0.10'))\n"
+        "s = render.injection_settings(\n"
+        "    render.Request(zones=['svc.acme.internal=openvpn'], cluster_dns='10.96.0.10'))\n"
         "pod = {'metadata': {'labels': {'splitdns.dev/inject': 'true'}}, 'spec': {'containers': []}}\n"
         "req = {'uid': 'u', 'operation': 'CREATE', 'resource': {'resource': 'pods'}, 'namespace': 'x',"
         " 'object': pod}\n"
@@ -288,7 +289,6 @@ def test_a_bug_in_one_review_costs_that_review_only(tmp_path: Path) -> None:
 
     import trustme
 
-    from splitdns.commands import inject as inject_command
     from splitdns.commands import render
     from splitdns.commands import webhook as server
     from tests.support.processes import free_port
@@ -297,8 +297,8 @@ def test_a_bug_in_one_review_costs_that_review_only(tmp_path: Path) -> None:
         def status(self, ndots_from_settings: bool = False) -> str:
             raise RuntimeError("a bug")
 
-    good_settings = inject_command.settings(render.Request(zones=["svc.acme.internal=openvpn"],
-                                                          cluster_dns="10.96.0.10"))
+    good_settings = render.injection_settings(render.Request(zones=["svc.acme.internal=openvpn"],
+                                                             cluster_dns="10.96.0.10"))
     broken = Broken(good_settings.plan)
     ca = trustme.CA()
     cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"

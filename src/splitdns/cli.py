@@ -412,12 +412,12 @@ def _check(a: argparse.Namespace) -> int:
 
 def _webhook_settings(flags: list[str], namespace: str) -> Settings:
     """The settings `splitdns webhook FLAGS` runs with (its ownership record names its own flags)."""
-    from splitdns.commands import inject, render
+    from splitdns.commands import render
 
     args = _parser().parse_args(["webhook", "--tls-cert", "-", "--tls-key", "-", *flags])
     fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__
               and k != "namespace"}
-    return inject.settings(render.Request(**fields), excluded=(namespace,))
+    return render.injection_settings(render.Request(**fields), excluded=(namespace,))
 
 
 def _render(a: argparse.Namespace) -> int:
@@ -456,13 +456,13 @@ def _inject(a: argparse.Namespace) -> int:
 
 
 def _webhook(a: argparse.Namespace) -> int:
-    from splitdns.commands import inject, render, webhook
+    from splitdns.commands import render, webhook
     from splitdns.kube.plan import PlanError
 
     fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
     fields.pop("namespace", None)
     try:
-        settings = inject.settings(render.Request(**fields), excluded=(a.namespace,))
+        settings = render.injection_settings(render.Request(**fields), excluded=(a.namespace,))
     except PlanError as err:
         print(f"splitdns webhook: {err}", file=sys.stderr)
         return webhook.EXIT_INPUT

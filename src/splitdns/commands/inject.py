@@ -5,26 +5,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from splitdns.commands import render
 
-if TYPE_CHECKING:
-    from splitdns.kube.inject import Settings
-
 EXIT_OK, EXIT_LEFT_ALONE, EXIT_INPUT = 0, 1, 2
-
-
-def settings(req: render.Request, excluded: tuple[str, ...] = ()) -> Settings:
-    """The injection settings the flags describe; raises PlanError on missing or wrong inputs."""
-    from splitdns.kube.inject import ALWAYS_EXCLUDED, Settings
-    from splitdns.kube.plan import PlanError
-
-    if req.resolver != "splitdns":
-        raise PlanError("injection runs our image only (--resolver splitdns): the Corefile travels in an "
-                        "environment variable, which CoreDNS cannot read as its config")
-    return Settings(render.build_plan(req), image=req.image, sidecar=req.sidecar,
-                    excluded_namespaces=tuple(dict.fromkeys((*ALWAYS_EXCLUDED, *excluded))))
 
 
 def run(req: render.Request, paths: list[str]) -> int:
@@ -32,7 +16,7 @@ def run(req: render.Request, paths: list[str]) -> int:
     from splitdns.kube.workloads import InputError, inject_text
 
     try:
-        chosen = settings(req)
+        chosen = render.injection_settings(req)
     except PlanError as err:
         print(f"splitdns inject: {err}", file=sys.stderr)
         return EXIT_INPUT

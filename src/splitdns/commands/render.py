@@ -54,10 +54,9 @@ def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict
     from splitdns.kube.manifests import Options
 
     if req.form == "webhook":
-        from splitdns.commands import inject
         from splitdns.kube import webhook_manifests
 
-        given = inject.settings(req, excluded=(req.webhook_namespace,))
+        given = injection_settings(req, excluded=(req.webhook_namespace,))
         if webhook_settings is not None:
             given = webhook_settings(webhook_manifests.settings_args(given), req.webhook_namespace)
         return webhook_manifests.render(given, req.webhook_namespace)
@@ -65,6 +64,19 @@ def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict
     opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, app_image=req.app_image,
                    vpn_image=req.vpn_image, sidecar=req.sidecar)
     return render.render(plan, opts, req.form)
+
+
+def injection_settings(req: Request, excluded: tuple[str, ...] = ()) -> Settings:
+    """The injection settings the flags describe (`splitdns inject`, the webhook and its
+    manifests); raises PlanError on missing or wrong inputs."""
+    from splitdns.kube.inject import ALWAYS_EXCLUDED, Settings
+    from splitdns.kube.plan import PlanError
+
+    if req.resolver != "splitdns":
+        raise PlanError("injection runs our image only (--resolver splitdns): the Corefile travels in an "
+                        "environment variable, which CoreDNS cannot read as its config")
+    return Settings(build_plan(req), image=req.image, sidecar=req.sidecar,
+                    excluded_namespaces=tuple(dict.fromkeys((*ALWAYS_EXCLUDED, *excluded))))
 
 
 def build_plan(req: Request) -> Plan:
