@@ -1,11 +1,11 @@
 # splitdns: the in-pod split-DNS resolver image (README.md, "The image": how to build and push it).
 #
-#   docker build -t ghcr.io/splitdns/splitdns:0.1.0 .
+#   docker build -t REGISTRY/splitdns:VERSION .
 #   podman build --build-arg BASE_IMAGE=registry.example.com/mirror/python:3.11-slim-bookworm -t ... .
 #
 # The entrypoint is `splitdns serve`, so a pod spec written for CoreDNS (args: ["-conf", FILE]) works
 # unchanged; `splitdns verify`, `openvpn-hook` and the admission webhook run from the same image
-# (`kubectl exec ... -- splitdns verify`, or `command: ["splitdns", ...]`). Runs as uid 65532 and
+# (`kubectl exec ... -- splitdns verify`, or `command: ["splitdns", ...]`). Runs as a fixed uid and
 # writes nothing: fine with readOnlyRootFilesystem. Binding port 53 as non-root needs the pod sysctl
 # net.ipv4.ip_unprivileged_port_start=53 (what `splitdns render` emits). `make test` builds this file
 # with podman and runs the image in the namespace lab as the rendered pod runs it (tests/test_image.py).
@@ -32,7 +32,8 @@ RUN python3 -m venv /opt/build \
         /wheels/*.whl
 
 FROM ${BASE_IMAGE}
-# Kept equal to pyproject.toml's version by tests/test_image.py.
+# USER, CMD, EXPOSE and VERSION are splitdns.kube.image's and splitdns.__version__: a Dockerfile
+# cannot import them, so tests/test_image_defaults.py holds these lines to them.
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="splitdns" \
       org.opencontainers.image.description="An in-pod split-DNS resolver for pods with an OpenVPN sidecar" \
@@ -43,7 +44,7 @@ COPY --from=build /opt/splitdns /opt/splitdns
 ENV PATH=/opt/splitdns/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1
-# Numeric, so the kubelet can check runAsNonRoot; equal to the runAsUser `splitdns render` sets.
+# Numeric, so the kubelet can check runAsNonRoot; the runAsUser `splitdns render` sets.
 USER 65532:65532
 EXPOSE 53/udp 53/tcp 8080/tcp 8181/tcp
 ENTRYPOINT ["splitdns", "serve"]

@@ -29,6 +29,7 @@ from pathlib import Path
 import pytest
 from tools.image_requirements import image_requirements, name_of
 
+from splitdns import __version__
 from splitdns.kube import manifests
 from tests.lab import PodSpec, configs
 from tests.lab.fixtures import require_lab, sigterm_interrupts
@@ -38,7 +39,7 @@ from tests.support.prerequisites import skip_or_fail
 
 ROOT = Path(__file__).parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
-VERSION = PYPROJECT["project"]["version"]
+VERSION = __version__  # pyproject.toml reads it from the package
 TAG = "localhost/splitdns:test"
 # An HTTP GET as the kubelet's probe makes it: prints the status and the body.
 PROBE = """\
@@ -128,8 +129,6 @@ def test_image_is_labelled_and_runs_as_the_rendered_user(built: Built, tmp_path:
     assert built.config["User"] == f"{context['runAsUser']}:{context['runAsGroup']}"
     assert built.config["Entrypoint"] == ["splitdns", "serve"]
     assert built.config["Cmd"] == dns["args"]
-    # render's default image is this project's version: what to tag and push (README).
-    assert manifests.DEFAULT_IMAGE.endswith(f":{VERSION}")
 
 
 def test_image_holds_only_what_serving_needs(built: Built) -> None:

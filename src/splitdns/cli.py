@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from splitdns import __version__
+from splitdns.kube.image import COREFILE, DEFAULT_IMAGE
 
 if TYPE_CHECKING:
     from splitdns.kube.inject import Settings
@@ -204,7 +205,7 @@ def _add_render(commands: argparse._SubParsersAction[_Parser]) -> None:
     form.add_argument("--cluster-wide", action="store_const", const="cluster-wide", dest="form",
                       help="The server block to add to kube-system/coredns instead (not recommended).")
     p.add_argument("--name", default="app", help="The Deployment's name (default app).")
-    p.add_argument("--image", default="ghcr.io/splitdns/splitdns:0.1.0",
+    p.add_argument("--image", default=DEFAULT_IMAGE,
                    help="The splitdns image you built and pushed; the default is a name, not a published "
                         "image.")
     p.add_argument("--coredns-image", default="coredns/coredns:1.12.1", help="The CoreDNS image.")
@@ -275,7 +276,7 @@ def _add_verify(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--tcp", action="append", default=[], metavar="HOST:PORT",
                    help="A TCP path to try once names resolve, e.g. db.svc.acme.internal:5432.")
     p.add_argument("-conf", "--conf", dest="conf", help="The Corefile, for the resolver's view of who "
-                   "owns each name (in the pod: /etc/coredns/Corefile).")
+                   f"owns each name (in the pod: {COREFILE}).")
     p.add_argument("--port", type=_port, default=53, help="The resolver's port on 127.0.0.1 (default 53).")
     p.add_argument("--resolv-conf", default="/etc/resolv.conf", help="The resolv.conf to report.")
     p.add_argument("--out", metavar="PATH", help="Write the artifact as PATH.md and PATH.json "
@@ -312,7 +313,7 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
     p.add_argument("--sidecar", choices=("native", "classic"), default="native",
                    help="native (default; first init container with restartPolicy Always, Kubernetes "
                         ">= 1.29) or classic (first regular container, for older clusters).")
-    p.add_argument("--image", default="ghcr.io/splitdns/splitdns:0.1.0", help="The splitdns image.")
+    p.add_argument("--image", default=DEFAULT_IMAGE, help="The splitdns image.")
     p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
 

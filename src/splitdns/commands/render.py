@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from splitdns.kube import manifests
+from splitdns.kube.image import DEFAULT_IMAGE
 
 if TYPE_CHECKING:
     from splitdns.kube.inject import Settings
@@ -37,7 +38,7 @@ class Request:
     sidecar: str = "native"
     form: str = "deployment"
     name: str = "app"
-    image: str = manifests.DEFAULT_IMAGE
+    image: str = DEFAULT_IMAGE
     coredns_image: str = manifests.DEFAULT_COREDNS_IMAGE
     app_image: str = manifests.DEFAULT_APP_IMAGE
     vpn_image: str = manifests.DEFAULT_VPN_IMAGE

@@ -25,6 +25,7 @@ from typing import Any
 
 from splitdns import __version__
 from splitdns.kube import corefiles, manifests
+from splitdns.kube.image import DEFAULT_IMAGE
 from splitdns.kube.plan import Plan
 
 Doc = dict[str, Any]
@@ -50,7 +51,7 @@ class Settings:
     """What every injected pod gets. `plan.namespace` is ignored: each pod's own namespace counts."""
 
     plan: Plan
-    image: str = manifests.DEFAULT_IMAGE
+    image: str = DEFAULT_IMAGE
     sidecar: str = "native"
     excluded_namespaces: tuple[str, ...] = ALWAYS_EXCLUDED
     # Empty: the Corefile is an env var of the container. A name: it is that ConfigMap's `Corefile`

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from splitdns.directives.operations import HealthSpec, ReadySpec
+from splitdns.kube.image import COREFILE, COREFILE_DIR, DEFAULT_IMAGE, USER_ID
 from splitdns.kube.plan import Plan
 
 Doc = dict[str, Any]
@@ -17,15 +19,8 @@ Doc = dict[str, Any]
 ANNOTATION_OWNERS = "splitdns.dev/zone-owners"
 ANNOTATION_COREFILE = "splitdns.dev/corefile-sha256"
 UNPRIVILEGED_PORT_SYSCTL = "net.ipv4.ip_unprivileged_port_start"
-HEALTH_PORT, READY_PORT = 8080, 8181
-NONROOT_UID = 65532
+HEALTH_PORT, READY_PORT = HealthSpec.endpoint.port, ReadySpec.endpoint.port  # the directives' own
 COREFILE_VOLUME = "splitdns-corefile"
-# CoreDNS's path, for both images: a pod spec written for CoreDNS then works unchanged with ours,
-# and the image's default CMD (Dockerfile) reads the same file.
-COREFILE_DIR = "/etc/coredns"
-
-
-DEFAULT_IMAGE = "ghcr.io/splitdns/splitdns:0.1.0"
 DEFAULT_COREDNS_IMAGE = "coredns/coredns:1.12.1"
 DEFAULT_APP_IMAGE = "your-app-image"
 DEFAULT_VPN_IMAGE = "your-openvpn-client-image"
@@ -69,7 +64,7 @@ def dns_container(plan: Plan, opts: Options) -> Doc:
         "name": "dns",
         "image": opts.coredns_image if coredns else opts.image,
         # Our image's entrypoint is `splitdns serve`, so CoreDNS's own arguments work for both.
-        "args": ["-conf", f"{COREFILE_DIR}/Corefile"],
+        "args": ["-conf", COREFILE],  # CoreDNS's path too (kube.image)
         "ports": [
             {"name": "health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
             {"name": "ready", "containerPort": READY_PORT, "protocol": "TCP"},
@@ -90,8 +85,8 @@ def dns_container(plan: Plan, opts: Options) -> Doc:
     container["resources"] = {"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
     container["securityContext"] = {
         "runAsNonRoot": True,
-        "runAsUser": NONROOT_UID,
-        "runAsGroup": NONROOT_UID,
+        "runAsUser": USER_ID,
+        "runAsGroup": USER_ID,
         "allowPrivilegeEscalation": False,
         "readOnlyRootFilesystem": True,
         # Port 53 is bound thanks to the pod sysctl, not a capability: NET_BIND_SERVICE does not

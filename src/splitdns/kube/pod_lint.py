@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from splitdns.kube import image
 from splitdns.kube.corefile_lint import PodResolvConf
 from splitdns.kube.corefile_model import Model
 from splitdns.kube.findings import Finding
@@ -18,7 +19,7 @@ from splitdns.kube.sources import Workload
 
 _RESOLV_EDIT = re.compile(r"(>>?|tee|sed\s+-i|cp|mv|ln\s+-s)[^;&|]*?/etc/resolv\.conf")
 _PROBES = ("startupProbe", "readinessProbe", "livenessProbe")
-IMAGE_UID = {"splitdns": 65532}  # USER of our image; a probe of the runtime user when none is set
+IMAGE_UID = {"splitdns": image.USER_ID}  # USER of our image; a probe of the runtime user when none is set
 
 
 @dataclass(frozen=True)

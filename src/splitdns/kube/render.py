@@ -13,6 +13,7 @@ from typing import Any
 
 from splitdns import __version__
 from splitdns.kube import corefiles, inject, manifests, yamlio
+from splitdns.kube.image import DEFAULT_IMAGE
 from splitdns.kube.manifests import Options
 from splitdns.kube.plan import Plan
 
@@ -23,7 +24,7 @@ Doc = dict[str, Any]
 def _header(plan: Plan, opts: Options, what: str, before: list[str | list[str]]) -> str:
     """What the reader must do before `kubectl apply`, first; then what the files are."""
     steps = []
-    if plan.resolver == "splitdns" and opts.image == manifests.DEFAULT_IMAGE:
+    if plan.resolver == "splitdns" and opts.image == DEFAULT_IMAGE:
         steps.append([f"The image {opts.image} is a default name, not a published image: build it from "
                       "the repository's Dockerfile, push it to a registry your cluster pulls from, and "
                       "render again with --image:",
