@@ -1,18 +1,14 @@
-"""Upstream replies read on the wire: checked in full, indexed for the cache, mostly by hand.
+"""Upstream replies read on the wire by hand, checked in full and indexed for the cache.
 
-Parsing each reply with dnspython cost half the CPU of a cache miss (py-spy, bench/): this
-reader walks the message once, checks everything a forwarder relies on (RFC 5452 matching,
-RFC 9267's name and length rules, counts, OPT placement, rdata shape for the common types),
-and keeps what the core needs: flags, rcode, TTLs, the SOA for negative caching, the owners
-of the authority and additional records, and the offsets of every TTL. Anything malformed
-reads as None, which the caller treats as "not a reply" (dropped, counted, keep waiting).
-The one legal shape it leaves to dnspython whole is an OPT record that is not last
-(`read_matched` has dnspython rewrite it in canonical order). Rdata of the other types (CAA, HTTPS, the RRSIGs
-and NSECs of a reply asked with DO, ...), of other classes and EDNS options are checked by
-dnspython record by record: 20-30 us each (an HTTPS record 32, an RRSIG 18, against 5 us
-for a whole reply of two A records), on misses only, and a record a client's parser would
-refuse is neither relayed nor cached. Tests prove the reader agrees with dnspython. Pure: no
-sockets, no clock.
+Why by hand, with the figures: bench/README.md, "Where splitdns's time goes" (replies). One walk
+checks what a forwarder relies on (RFC 5452 matching, RFC 9267's name and length rules, counts,
+OPT placement, the rdata of the common types) and keeps what the core needs: flags, rcode, TTLs
+and their offsets, the SOA for negative caching, the owners of authority and additional records.
+Other rdata, other classes and EDNS options are checked by dnspython record by record (a record
+a client's parser would refuse is neither relayed nor cached), and an OPT record that is not
+last is left to dnspython whole (`read_matched`). Anything malformed
+reads as None: not a reply (dropped, counted, keep waiting). Tests prove the reader agrees with
+dnspython. Pure: no sockets, no clock.
 """
 
 from __future__ import annotations

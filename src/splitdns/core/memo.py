@@ -1,14 +1,12 @@
 """Replies to the exact queries the cache answered within the current second.
 
-A cache hit still costs reading the query, routing it and rendering the entry: 10 of the 17
-microseconds a hit took (bench/). The clients of a pod ask the same few names again and
-again, in the same bytes, so this table maps a query's bytes after its ID to the reply's
-bytes after its ID, and a repeat costs a lookup (the shell writes the tail after the
-query's own ID). Every use checks that the cache still holds the same entry and that the
-entry is in the same second of its life; the first use in a new second goes through the
-cache's own `get` (freshness, LRU place) and patches the TTL. So the memo never answers
-what the cache would not; and it belongs to one router, so a reload or a zone learned
-from the VPN starts it afresh. Pure: no sockets, no clock.
+What a hit saves this way: bench/README.md, "Where splitdns's time goes" (cache hits). The
+table maps a query's bytes after its ID to the reply's bytes after its ID (the shell writes
+the tail after the query's own ID). Every use checks that the cache still holds the same entry
+in the same second of its life; the first use in a new second goes through the cache's own `get`
+(freshness, LRU place) and patches the TTL. So the memo never answers what the cache would not;
+and it belongs to one router, so a reload or a zone learned from the VPN starts it afresh.
+Pure: no sockets, no clock.
 """
 
 from __future__ import annotations

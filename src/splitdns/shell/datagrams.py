@@ -1,11 +1,10 @@
 """Many datagrams per system call: recvmmsg(2) and sendmmsg(2) through ctypes.
 
-Under load a cache hit's cost is mostly its two system calls, not Python (py-spy, bench/):
-reading the waiting queries with one recvmmsg and sending their replies with one sendmmsg
-pays the kernel entry once per batch. Python's socket module has neither call, so they go
-through ctypes into libc, with the structures as Linux lays them out (glibc and musl,
-64-bit). Elsewhere, or where the call fails on the socket, `open_batch` falls back to
-`OneByOne`: recvfrom and sendto, the same interface, the same behaviour.
+Why (a hit's cost under load is mostly its system calls): bench/README.md, "Where splitdns's
+time goes" (cache hits). Python's socket module has neither call, so they go through ctypes into
+libc, with the structures as Linux lays them out (glibc and musl, 64-bit). Elsewhere, or where
+the call fails on the socket, `open_batch` falls back to `OneByOne`: recvfrom and sendto, the
+same interface, the same behaviour.
 
 A reply goes back to the sockaddr its query came from without that address becoming a
 Python object: the send header points at the receive header's address buffer. Only a
