@@ -8,6 +8,7 @@ import dns.rcode
 import dns.rrset
 
 from splitdns.codec.reply import Reply, read_canonical
+from splitdns.core.memo import Memo, Remembered
 
 
 def query(name: str, rdtype: str = "A", *, qid: int = 0x1234, edns: int = 0, payload: int = 1232,
@@ -50,3 +51,9 @@ def indexed(msg: dns.message.Message) -> Reply:
     got = read_canonical(wire(msg))
     assert got is not None
     return got
+
+
+def memo_lookup(memo: Memo, data: bytes, now: float) -> tuple[bytes, Remembered] | None:
+    """The memo's reply to these query bytes, as the shell builds it, and what it remembered."""
+    seen = memo.find(data[2:], now)
+    return None if seen is None else (data[:2] + seen.tail, seen)

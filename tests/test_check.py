@@ -113,8 +113,12 @@ def test_corefile_lines_inside_a_configmap_are_file_lines() -> None:
 
 
 def test_docs_table_is_the_code_table() -> None:
+    rows = ["| code | severity | problem | fix |", "|---|---|---|---|"]
+    for c in findings.CODES.values():
+        cells = (c.code, c.severity, c.title, c.fix)
+        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
     docs = (Path(__file__).parents[1] / "docs" / "kubernetes.md").read_text()
-    assert findings.table_markdown() in docs
+    assert "\n".join(rows) + "\n" in docs
 
 
 def _check_corefile(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:

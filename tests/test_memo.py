@@ -11,7 +11,7 @@ from splitdns import config
 from splitdns.codec import entries, wire
 from splitdns.core import resolve
 from splitdns.core.memo import Memo
-from tests.helpers import indexed, query, reply
+from tests.helpers import indexed, memo_lookup, query, reply
 from tests.helpers import wire as to_wire
 
 COREFILE = ". {\n cache 30\n forward . 192.0.2.10\n}\ncorp.example {\n cache 30\n forward . 192.0.2.20\n}\n"
@@ -34,7 +34,7 @@ def fill(zone: resolve.Zone, client: dns.message.Message, now: float, ttl: int =
 
 def served(router: resolve.Router, data: bytes, now: float) -> bytes | None:
     """What the shell's hot path sends: the memo's reply, else a rendered hit (remembered)."""
-    repeat = router.memo.lookup(data, now)
+    repeat = memo_lookup(router.memo, data, now)
     if repeat is not None:
         return repeat[0]
     q = wire.parse_query(data)
@@ -62,7 +62,7 @@ def test_a_repeat_gets_the_same_reply_with_its_own_id() -> None:
     fill(zone, query(NAME), now=100.0)
     first = served(router, to_wire(query(NAME, qid=1)), 100.0)
     assert len(router.memo) == 1
-    again = router.memo.lookup(to_wire(query(NAME, qid=0xBEEF)), 100.5)
+    again = memo_lookup(router.memo, to_wire(query(NAME, qid=0xBEEF)), 100.5)
     assert first is not None and again is not None
     assert again[0] == rendered(zone, to_wire(query(NAME, qid=0xBEEF)), 100.5)
     assert again[0][:2] == b"\xbe\xef" and again[0][2:] == first[2:]
@@ -73,14 +73,14 @@ def test_a_new_second_patches_the_ttl_and_a_replaced_entry_or_expiry_end_the_mem
     data = to_wire(query(NAME))
     fill(zone, query(NAME), now=100.0)
     served(router, data, 100.0)
-    older = router.memo.lookup(data, 101.0)  # a second later: the same reply, TTL patched
+    older = memo_lookup(router.memo, data, 101.0)  # a second later: the same reply, TTL patched
     assert older is not None and older[0] == rendered(zone, data, 101.0)
     assert dns.message.from_wire(older[0]).answer[0].ttl == 29
     fill(zone, query(NAME), now=101.2, address="10.8.0.6")  # a refresh replaced the entry
-    assert router.memo.lookup(data, 101.3) is None
+    assert memo_lookup(router.memo, data, 101.3) is None
     out = served(router, data, 101.3)
     assert out is not None and b"\x0a\x08\x00\x06" in out
-    assert router.memo.lookup(data, 131.3) is None and served(router, data, 131.3) is None  # expired
+    assert memo_lookup(router.memo, data, 131.3) is None and served(router, data, 131.3) is None  # expired
 
 
 def test_other_bytes_are_other_questions() -> None:
@@ -88,7 +88,7 @@ def test_other_bytes_are_other_questions() -> None:
     fill(zone, query(NAME), now=100.0)
     served(router, to_wire(query(NAME)), 100.0)
     for other in (query(NAME.upper()), query(NAME, do=True), query(NAME, edns=-1), query(NAME, "AAAA")):
-        assert router.memo.lookup(to_wire(other), 100.0) is None
+        assert memo_lookup(router.memo, to_wire(other), 100.0) is None
 
 
 def test_learning_zones_forgets_and_the_memo_is_bounded() -> None:
@@ -135,9 +135,9 @@ def test_a_truncated_reply_is_not_patched_but_rendered_anew() -> None:
     assert entry is not None
     cut = wire.truncated(q, 0x8180)  # as the shell sends when the answer is over 512 bytes
     router.memo.remember(data, zone, q.key, entry, entries.remaining(entry, 100.0), q.qtype, cut, 100.0)
-    same_second = router.memo.lookup(data, 100.5)
+    same_second = memo_lookup(router.memo, data, 100.5)
     assert same_second is not None and same_second[0] == cut
-    assert router.memo.lookup(data, 101.0) is None and len(router.memo) == 0
+    assert memo_lookup(router.memo, data, 101.0) is None and len(router.memo) == 0
 
 
 def test_a_repeat_with_a_cookie_gets_its_own_cookie_answered() -> None:

@@ -18,7 +18,7 @@ from splitdns.codec import entries, wire
 from splitdns.core import local, resolve
 from splitdns.directives import loadbalance
 from splitdns.errors import ConfigError
-from tests.helpers import query, reply
+from tests.helpers import memo_lookup, query, reply
 from tests.helpers import wire as to_wire
 
 
@@ -444,7 +444,7 @@ def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() ->
     router.memo.remember(data, zone, q.key, entry, 60, q.qtype, turns[0], 100.0, None, turns)
 
     def first(now: float) -> tuple[str, int]:
-        found = router.memo.lookup(data, now)
+        found = memo_lookup(router.memo, data, now)
         assert found is not None
         rrset = dns.message.from_wire(found[0]).answer[0]
         return str(next(iter(rrset))), rrset.ttl
@@ -452,7 +452,7 @@ def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() ->
     assert [first(100.2) for _ in range(4)] == [("10.0.0.2", 60), ("10.0.0.3", 60), ("10.0.0.1", 60),
                                                 ("10.0.0.2", 60)]
     assert first(101.5) == ("10.0.0.3", 59)  # a second later: the next turn, TTL patched
-    assert router.memo.lookup(data, 161.0) is None  # expired: the cache decides again
+    assert memo_lookup(router.memo, data, 161.0) is None  # expired: the cache decides again
 
 
 def test_the_memo_answers_the_blocks_own_answers_until_they_are_replaced() -> None:
@@ -465,9 +465,9 @@ def test_the_memo_answers_the_blocks_own_answers_until_they_are_replaced() -> No
     assert isinstance(made, bytes)
     router.memo.remember(data, zone, q.key, made, None, q.qtype, entries.render(made, None, q), 0.0,
                          zone.local.answers)
-    assert router.memo.lookup(data, 10_000.0) is not None  # no TTL to count down: held is enough
+    assert memo_lookup(router.memo, data, 10_000.0) is not None  # no TTL to count down: held is enough
     zone.local.load_hosts("192.168.1.99 example.com\n", (3, 1))
-    assert router.memo.lookup(data, 10_000.0) is None
+    assert memo_lookup(router.memo, data, 10_000.0) is None
 
 
 def test_the_blocks_own_answers_are_authoritative_and_capped_by_its_cache() -> None:

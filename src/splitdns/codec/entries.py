@@ -22,11 +22,6 @@ def make(reply: bytes, offsets: tuple[int, ...], kind: str, ttl: float, now: flo
     return HEAD.pack(now, ttl, KINDS.index(kind), count) + struct.pack(f"!{count}H", *offsets) + reply
 
 
-def stored_at(entry: Entry) -> float:
-    value: float = HEAD.unpack_from(entry)[0]
-    return value
-
-
 def ttl(entry: Entry) -> float:
     value: float = HEAD.unpack_from(entry)[1]
     return value

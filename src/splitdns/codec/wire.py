@@ -34,7 +34,6 @@ TYPE_OPT = 41
 EDE = 15  # EDNS option code of Extended DNS Errors
 COOKIE = 10  # EDNS option code of DNS Cookies (RFC 7873)
 CLIENT_COOKIE = 8  # bytes of a client cookie; a server cookie adds 8 to 32 (RFC 7873 4)
-TYPE_SOA = 6
 CLASS_IN = 1
 
 EDNS_PAYLOAD = 1232   # DNS Flag Day 2020: never send UDP replies larger than this
@@ -270,10 +269,6 @@ def error_reply(q: Query, rcode: int, ede: tuple[int, str] | None = None) -> byt
 
 def _cookie(q: Query) -> bytes:
     return cookie_option(q.cookie) if q.cookie else b""
-
-
-def rcode_of(stored: bytes) -> int:
-    return stored[3] & RCODE_MASK
 
 
 # -- names in wire form: lower-cased by the caller, compared as bytes -----------------------

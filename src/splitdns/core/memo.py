@@ -78,13 +78,9 @@ class Memo:
     def __len__(self) -> int:
         return len(self.table)
 
-    def lookup(self, data: bytes, now: float) -> tuple[bytes, Remembered] | None:
-        """The reply to these query bytes if the cache would give the same one now, else None."""
-        seen = self.find(data[2:], now)
-        return None if seen is None else (data[:2] + seen.tail, seen)
-
     def find(self, after_id: bytes, now: float) -> Remembered | None:
-        """What `lookup` answers, by the query's bytes after its ID; the reply is ID + tail."""
+        """What is remembered for a query's bytes after its ID, if the cache would give the same
+        reply now, else None; the reply is the query's ID + `tail`."""
         seen = self.table.get(after_id)
         if seen is None:
             return None

@@ -70,10 +70,8 @@ if TYPE_CHECKING:
     import dns.rrset
 
 # Extended DNS Error codes (RFC 8914) we use.
-EDE_NETWORK_ERROR = 23
 EDE_NO_REACHABLE_AUTHORITY = 22
 EDE_NOT_READY = 14
-EDE_PROHIBITED = 18
 
 STALE_TTL = 30  # RFC 8767 4: the TTL of a stale answer
 STALE_RECHECK = 30.0  # RFC 8767 4: after a refresh is tried, the next one waits this long

@@ -104,7 +104,7 @@ def parse(st: Statement) -> RewriteRule:
         target = _fqdn(target)
     else:
         source, target = _fqdn(source), _fqdn(target)
-    auto, answers = _answer_rules(st, kind, args[3:])
+    auto, answers = _answer_rules(st, args[3:])
     return RewriteRule(kind, source, target, stop, auto or kind == "exact", answers, pattern)
 
 
@@ -117,7 +117,7 @@ def _flatten(body: tuple[Statement, ...]) -> list[str]:
     return out
 
 
-def _answer_rules(st: Statement, kind: str, args: list[str]) -> tuple[bool, tuple[AnswerRule, ...]]:
+def _answer_rules(st: Statement, args: list[str]) -> tuple[bool, tuple[AnswerRule, ...]]:
     auto, pos = False, 0
     rules: list[AnswerRule] = []
     if args and len(args) < 2:

@@ -10,7 +10,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 ERROR, WARNING, INFO = "error", "warning", "info"
-SEVERITY_RANK = {INFO: 0, WARNING: 1, ERROR: 2}
 
 
 @dataclass(frozen=True)
@@ -172,12 +171,3 @@ def ordered(findings: Iterable[Finding]) -> list[Finding]:
 
 def to_json(findings: Iterable[Finding]) -> str:
     return json.dumps([f.as_dict() for f in findings], indent=2) + "\n"
-
-
-def table_markdown() -> str:
-    """The codes table, for docs/kubernetes.md (a test keeps the two equal)."""
-    rows = ["| code | severity | problem | fix |", "|---|---|---|---|"]
-    for c in _TABLE:
-        cells = (c.code, c.severity, c.title, c.fix)
-        rows.append("| " + " | ".join(cell.replace("|", "\\|") for cell in cells) + " |")
-    return "\n".join(rows) + "\n"

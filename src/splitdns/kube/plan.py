@@ -18,7 +18,6 @@ from splitdns.kube import corefile_model
 
 OPENVPN = "openvpn"
 RESOLVERS = ("splitdns", "coredns")
-SIDECARS = ("native", "classic")
 DEFAULT_MANAGEMENT = "127.0.0.1:7505"
 
 

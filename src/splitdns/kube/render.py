@@ -17,7 +17,6 @@ from splitdns.kube.image import DEFAULT_IMAGE
 from splitdns.kube.manifests import Options
 from splitdns.kube.plan import Plan
 
-FORMS = ("deployment", "component", "cluster-wide")
 Doc = dict[str, Any]
 
 

@@ -68,12 +68,6 @@ def pool_of(up: Upstream) -> _Pool:
     return pool
 
 
-def open_connections(up: Upstream) -> int:
-    """Idle connections kept for `up` (for tests and metrics)."""
-    pool = _POOLS.get((up, id(asyncio.get_running_loop())))
-    return len(pool.idle) if pool else 0
-
-
 async def ask(sent: bytes, up: Upstream, timeout: float, counters: Counters) -> replies.Reply:
     assert up.tls is not None
     pool = pool_of(up)
