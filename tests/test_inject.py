@@ -42,7 +42,7 @@ def run_inject(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str
 
 
 def settings(*extra: str) -> inject.Settings:
-    args = cli._parser().parse_args(["inject", *SETTINGS_ARGS, *extra])
+    args = cli.build_parser().parse_args(["inject", *SETTINGS_ARGS, *extra])
     fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__}
     return render.injection_settings(render.Request(**fields))
 

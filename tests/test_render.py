@@ -52,7 +52,7 @@ CASES: dict[str, list[str]] = {
 def request(case: str) -> render.Request:
     root = str(Path(__file__).parents[1]) + "/"
     argv = [a.replace(root, "") for a in CASES[case]]
-    args = cli._parser().parse_args(["render", *argv])
+    args = cli.build_parser().parse_args(["render", *argv])
     fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__}
     return render.Request(**fields)
 
@@ -420,7 +420,7 @@ def test_one_corefile_path_for_readme_render_and_the_image() -> None:
 def test_a_probe_for_the_catch_all_reaches_its_block() -> None:
     """`--probe .=NAME` asks NAME for the catch-all's readiness (it was accepted and dropped)."""
     argv = ["render", *CASES["deployment"], "--probe", ".=probe.example.org"]
-    args = cli._parser().parse_args(argv)
+    args = cli.build_parser().parse_args(argv)
     fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__}
     docs = render.files(render.Request(**fields))
     corefile = next(yaml.safe_load(d)["data"]["Corefile"] for d in "\n".join(docs.values()).split("\n---\n")

@@ -1,57 +1,15 @@
-"""The command line: argparse lives here and only here; each command returns an exit code."""
+"""The command line's grammar: every command, its flags and its help texts (argparse lives in
+splitdns.cli and only there; running a command is splitdns.cli's)."""
 
 from __future__ import annotations
 
 import argparse
-import difflib
-import os
-import re
-import sys
-import textwrap
-import traceback
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
 
 from splitdns import __version__
+from splitdns.cli.help import Parser
 from splitdns.kube.image import COREFILE, DEFAULT_IMAGE
 
-if TYPE_CHECKING:
-    from splitdns.kube.inject import Settings
-
 EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): not 1 or 2, which commands use for findings and bad input
-
-
-class _Help(argparse.HelpFormatter):
-    """Wraps every text to the terminal (argparse reads $COLUMNS, else the terminal's width), keeps
-    the line breaks of texts that have them (the exit-code lists), and shows each option's default."""
-
-    def _fill_text(self, text: str, width: int, indent: str) -> str:
-        out = []
-        for line in text.splitlines():
-            stripped = line.lstrip()
-            # A list item ("  2  at least one error") wraps under its text, not under its number.
-            item = re.match(r"\s*\S+\s+", line) if line.startswith(" ") else None
-            hang = " " * len(item.group(0)) if item else " " * (len(line) - len(stripped))
-            lead = line[: len(line) - len(stripped)]
-            out.append(textwrap.fill(stripped, width, initial_indent=indent + lead,
-                                     subsequent_indent=indent + hang, break_on_hyphens=False)
-                       if stripped else "")
-        return "\n".join(out)
-
-    def _split_lines(self, text: str, width: int) -> list[str]:
-        # Never at a hyphen: an image name or a flag cut in two cannot be copied from the help.
-        return textwrap.wrap(" ".join(text.split()), width, break_on_hyphens=False)
-
-    def _get_help_string(self, action: argparse.Action) -> str | None:
-        text = action.help or ""
-        default = action.default
-        shown = f"{default:g}" if isinstance(default, float) else str(default)  # 10.0 reads "10"
-        if (text and default not in (None, False, [], argparse.SUPPRESS) and shown not in text
-                and (action.option_strings or action.nargs in ("?", "*"))):
-            # Inside the sentence: "The cluster domain (default: cluster.local)."
-            stop = "." if text.endswith(".") else ""
-            text = text.removesuffix(".") + " (default: %(default)s)" + stop
-        return text
 
 
 def _port(text: str) -> int:
@@ -65,23 +23,9 @@ def _port(text: str) -> int:
     return port
 
 
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        kwargs.setdefault("formatter_class", _Help)
-        super().__init__(*args, **kwargs)
-
-    def _check_value(self, action: argparse.Action, value: Any) -> None:
-        # argparse's own check, plus the choice a typo most likely meant (`chek` -> `check`).
-        if action.choices is not None and value not in action.choices:
-            choices = [str(c) for c in action.choices]
-            guess = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
-            hint = f"; did you mean {guess[0]}?" if guess else ""
-            raise argparse.ArgumentError(
-                action, f"invalid choice: {value} (choose from {', '.join(choices)}){hint}")
-
-
-def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
-    parser = _Parser(
+def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
+    """Every command, its flags and its help texts; `prog` is how the user called us."""
+    parser = Parser(
         prog=prog,
         description="An in-pod split-DNS resolver for pods with an OpenVPN sidecar.",
         epilog=f"exit codes common to every command:\n  {EXIT_INTERNAL}  internal error: a bug in "
@@ -91,7 +35,7 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"splitdns {__version__}")
     parser.add_argument("--debug", action="store_true",
                         help="On an internal error, print the traceback (also: SPLITDNS_DEBUG=1).")
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
 
     p = commands.add_parser(
@@ -107,7 +51,6 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     p.add_argument("--corefile-env", metavar="NAME",
                    help="Read the Corefile's text from the environment variable NAME instead of a file "
                         "(what `splitdns inject` and the webhook give the resolver; no reload).")
-    p.set_defaults(run=_serve)
 
     p = commands.add_parser(
         "demo", help="Run the resolver with built-in upstreams on loopback, to try with dig.",
@@ -117,7 +60,6 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
                     "answers, then the dig commands to try.")
     p.add_argument("--port", type=_port, default=53,
                    help="Port on 127.0.0.1 (default 53; falls back to 5300 if 53 is taken).")
-    p.set_defaults(run=_demo)
 
     _add_check(commands)
     _add_render(commands)
@@ -130,7 +72,7 @@ def _parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     return parser
 
 
-def _add_check(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _add_check(commands: argparse._SubParsersAction[Parser]) -> None:
     p = commands.add_parser(
         "check", help="Lint Corefiles, Kubernetes YAML and OpenVPN client configs together.",
         description="Read Corefiles, Kubernetes YAML (Pod, Deployment, StatefulSet, DaemonSet, Job, "
@@ -154,10 +96,9 @@ def _add_check(commands: argparse._SubParsersAction[_Parser]) -> None:
                    help="text (default) or json: a list of {file, line, code, severity, message, why, fix}.")
     p.add_argument("--brief", action="store_true",
                    help="Text output without the why and fix lines.")
-    p.set_defaults(run=_check)
 
 
-def _add_render(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
     p = commands.add_parser(
         "render", help="Write the Kubernetes manifests for the in-pod resolver.",
         description="First: the splitdns image is not published. Build it from the repository's "
@@ -217,10 +158,9 @@ def _add_render(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--output-dir", metavar="DIR", help="Write the files into DIR instead of stdout.")
     p.add_argument("--webhook-namespace", default="splitdns-system",
                    help="--form webhook: the webhook's own namespace (default splitdns-system).")
-    p.set_defaults(run=_render)
 
 
-def _add_explain(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _add_explain(commands: argparse._SubParsersAction[Parser]) -> None:
     p = commands.add_parser(
         "explain", help="Say which block, forward and upstreams answer a name, and why.",
         description="Say which server block answers NAME, which forward and upstreams, and why (a zone "
@@ -232,10 +172,9 @@ def _add_explain(commands: argparse._SubParsersAction[_Parser]) -> None:
                    help="The Corefile (default ./Corefile).")
     p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=53,
                    help="The listener port to explain (default 53).")
-    p.set_defaults(run=_explain)
 
 
-def _add_openvpn_hook(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _add_openvpn_hook(commands: argparse._SubParsersAction[Parser]) -> None:
     p = commands.add_parser(
         "openvpn-hook", help="OpenVPN's --up/--down script: tell splitdns serve what the VPN pushed.",
         description="Meant to be OpenVPN's --up and --down script (with --script-security 2; give "
@@ -247,10 +186,9 @@ def _add_openvpn_hook(commands: argparse._SubParsersAction[_Parser]) -> None:
                     "as an up or down script, 70 internal error.")
     p.add_argument("--state", required=True, metavar="FILE", help="The state file to write.")
     p.add_argument("openvpn_args", nargs="*", help=argparse.SUPPRESS)
-    p.set_defaults(run=_openvpn_hook)
 
 
-def _add_verify(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _add_verify(commands: argparse._SubParsersAction[Parser]) -> None:
     p = commands.add_parser(
         "verify", help="Check both zones, the pod spec and the TCP path; write an artifact for the ticket.",
         description="Run the verification procedure: ask each name through 127.0.0.1 (and, when it "
@@ -290,7 +228,6 @@ def _add_verify(commands: argparse._SubParsersAction[_Parser]) -> None:
                    "replacement to be ready, and check again.")
     p.add_argument("--timeout", type=int, default=90, help="Seconds to wait for the replacement.")
     p.add_argument("--emit-observation", action="store_true", dest="emit", help=argparse.SUPPRESS)
-    p.set_defaults(run=_verify)
 
 
 def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
@@ -318,7 +255,7 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
 
 
-def _add_inject(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _add_inject(commands: argparse._SubParsersAction[Parser]) -> None:
     p = commands.add_parser(
         "inject", help="Inject the resolver into the pod templates of Kubernetes YAML.",
         description="Read Kubernetes YAML (files, or stdin when none or `-`; several documents; Pod, "
@@ -335,10 +272,9 @@ def _add_inject(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--namespace", "-n", default="default",
                    help="The namespace of objects that name none, for their search list (default default).")
     _add_plan(p)
-    p.set_defaults(run=_inject)
 
 
-def _add_webhook(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _add_webhook(commands: argparse._SubParsersAction[Parser]) -> None:
     p = commands.add_parser(
         "webhook", help="Serve the admission webhook that injects the resolver into new pods.",
         description="Serve AdmissionReview v1 over HTTPS (POST /mutate) for pod CREATE: pods labelled "
@@ -368,10 +304,9 @@ def _add_webhook(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--namespace", default="splitdns-system",
                    help="The webhook's own namespace, never injected (default splitdns-system).")
     _add_plan(p, corefile=False)
-    p.set_defaults(run=_webhook)
 
 
-def _add_doctor(commands: argparse._SubParsersAction[_Parser]) -> None:
+def _add_doctor(commands: argparse._SubParsersAction[Parser]) -> None:
     p = commands.add_parser(
         "doctor", help="List pods that asked for the resolver and run without it, or with old settings.",
         description="Read the cluster (namespaces, pods labelled splitdns.dev/inject=true, the webhook's "
@@ -386,148 +321,4 @@ def _add_doctor(commands: argparse._SubParsersAction[_Parser]) -> None:
     p.add_argument("--context", help="The kubeconfig context (default: the current one).")
     p.add_argument("--webhook-namespace", default="splitdns-system",
                    help="Where the webhook runs (default splitdns-system).")
-    p.set_defaults(run=_doctor)
 
-
-# Each command imports its module when it runs: `splitdns serve` must not pay, in start-up time
-# and memory, for what render, check or verify import (YAML, schemas, an HTTP client).
-def _serve(a: argparse.Namespace) -> int:
-    from splitdns.commands import serve
-
-    if a.corefile_env is not None:
-        return serve.run_from_env(a.corefile_env, a.port)
-    return serve.run(a.conf, a.port)
-
-
-def _demo(a: argparse.Namespace) -> int:
-    from splitdns.commands import demo
-
-    return demo.run(a.port)
-
-
-def _check(a: argparse.Namespace) -> int:
-    from splitdns.commands import check
-
-    return check.run(a.files, a.resolver, a.kube_version, a.output, not a.brief)
-
-
-def _webhook_settings(flags: list[str], namespace: str) -> Settings:
-    """The settings `splitdns webhook FLAGS` runs with (its ownership record names its own flags)."""
-    from splitdns.commands import render
-
-    args = _parser().parse_args(["webhook", "--tls-cert", "-", "--tls-key", "-", *flags])
-    fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__
-              and k != "namespace"}
-    return render.injection_settings(render.Request(**fields), excluded=(namespace,))
-
-
-def _render(a: argparse.Namespace) -> int:
-    from splitdns.commands import render
-
-    fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
-    return render.run(render.Request(**fields), _webhook_settings)
-
-
-def _explain(a: argparse.Namespace) -> int:
-    from splitdns.commands import explain
-
-    return explain.run(a.name, a.conf, a.port)
-
-
-def _openvpn_hook(a: argparse.Namespace) -> int:
-    from splitdns.commands import openvpn_hook
-
-    return openvpn_hook.run(a.state)
-
-
-def _verify(a: argparse.Namespace) -> int:
-    from splitdns.commands import verify
-
-    return verify.run(verify.Options(
-        names=a.names, tcp=a.tcp, port=a.port, conf=a.conf, resolv_conf=a.resolv_conf, out=a.out,
-        emit=a.emit, kubectl=a.kubectl or a.target, namespace=a.namespace, container=a.container,
-        replace=a.replace, timeout=a.timeout))
-
-
-def _inject(a: argparse.Namespace) -> int:
-    from splitdns.commands import inject, render
-
-    fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
-    return inject.run(render.Request(**fields), a.files)
-
-
-def _webhook(a: argparse.Namespace) -> int:
-    from splitdns.commands import render, webhook
-    from splitdns.kube.plan import PlanError
-
-    fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
-    fields.pop("namespace", None)
-    try:
-        settings = render.injection_settings(render.Request(**fields), excluded=(a.namespace,))
-    except PlanError as err:
-        print(f"splitdns webhook: {err}", file=sys.stderr)
-        return webhook.EXIT_INPUT
-    options = webhook.Options(cert=a.cert, key=a.key, host=a.host, port=a.port, probe_port=a.probe_port,
-                              cert_poll=a.cert_poll, read_timeout=a.read_timeout,
-                              idle_timeout=a.idle_timeout,
-                              shutdown_delay=a.shutdown_delay)
-    return webhook.run(settings, options)
-
-
-def _doctor(a: argparse.Namespace) -> int:
-    from splitdns.commands import doctor
-
-    return doctor.run(a.kubeconfig, a.context, a.webhook_namespace)
-
-
-def main(argv: Sequence[str] | None = None, prog: str = "splitdns") -> int:
-    parser = _parser(prog)
-    args, unknown = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
-    if unknown:
-        _unrecognized(parser, args.command, unknown)
-    if getattr(args, "target", None) and args.kubectl:
-        _parser(prog).error("verify: give the pod once, as TARGET or as --kubectl")
-    try:
-        code: int = args.run(args)
-    except Exception as err:  # a bug of ours: say so in one line, with its own exit code
-        if args.debug or os.environ.get("SPLITDNS_DEBUG", "") not in ("", "0"):
-            traceback.print_exc()
-        print(internal_error(args, err), file=sys.stderr)
-        return EXIT_INTERNAL
-    return code
-
-
-def _unrecognized(parser: argparse.ArgumentParser, command: str, unknown: list[str]) -> None:
-    """argparse's "unrecognized arguments", from the command's own parser, with the flag a typo most
-    likely meant (`--breif` -> `--brief`)."""
-    subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    sub: argparse.ArgumentParser = subs.choices[command]
-    flags = [flag for action in sub._actions for flag in action.option_strings]
-    words = []
-    for word in unknown:
-        guess = difflib.get_close_matches(word.split("=")[0], flags, n=1, cutoff=0.75) \
-            if word.startswith("-") else []
-        words.append(f"{word} (did you mean {guess[0]}?)" if guess else word)
-    sub.error(f"unrecognized arguments: {' '.join(words)}")
-
-
-def kubectl_plugin() -> int:
-    """`kubectl-splitdns` on PATH makes `kubectl splitdns ...` run splitdns (krew-style plugins)."""
-    return main(prog="kubectl splitdns")
-
-
-def internal_error(args: argparse.Namespace, err: BaseException) -> str:
-    """One line: the command, the input it was reading, what went wrong, where to look next."""
-    inputs = [str(x) for name in ("files", "conf", "corefile", "state") for x in _listed(args, name)]
-    what = f" while reading {', '.join(inputs)}" if inputs else ""
-    detail = " ".join(str(err).split()) or "no message"
-    return (f"splitdns {args.command}: internal error{what}: {type(err).__name__}: {detail} "
-            f"(a bug in splitdns; exit {EXIT_INTERNAL}; rerun with --debug or SPLITDNS_DEBUG=1 for the "
-            "traceback and report it)")
-
-
-def _listed(args: argparse.Namespace, name: str) -> list[object]:
-    value = getattr(args, name, None)
-    if value is None:
-        return []
-    return list(value) if isinstance(value, list) else [value]
