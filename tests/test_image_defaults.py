@@ -1,6 +1,7 @@
 """The image's defaults are written once, in splitdns.kube.image (and the version in
-splitdns.__version__, which pyproject.toml reads): the Dockerfile cannot import them, so this
-holds it to them without building anything (tests/test_image.py builds and runs the image)."""
+splitdns.__version__, which pyproject.toml reads): the Dockerfile and the docs' copy-paste examples
+cannot import them, so this holds them to them without building anything (tests/test_image.py builds
+and runs the image)."""
 
 from __future__ import annotations
 
@@ -33,3 +34,31 @@ def test_the_version_is_written_once() -> None:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
     assert "version" not in project["project"] and "version" in project["project"]["dynamic"]
     assert project["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "splitdns.__version__"}
+
+
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# An image reference whose last path part is splitdns: REGISTRY/splitdns:0.1.0, ghcr.io/.../splitdns:TAG.
+IMAGE_REFERENCE = re.compile(r"(?<![\w./-])((?:[\w.-]+/)+splitdns):([\w.-]*\w)")
+# The places the docs name the image's user: the Dockerfile's USER, the pod's runAsUser/runAsGroup,
+# "Non-root (UID)", "uid UID".
+USER_MENTION = re.compile(r"\bUSER (\d+):(\d+)|\brunAs(?:User|Group):?\s+(\d+)|[Nn]on-root \((\d+)\)"
+                          r"|\b(?:uid|UID) (\d+)")
+
+
+def test_the_docs_show_the_image_name_and_version_splitdns_has() -> None:
+    # Copy-paste examples carry the real version (a VERSION placeholder only where the text says
+    # what it stands for); this keeps them from going stale when __version__ moves.
+    found = [(doc.name, repository, tag) for doc in DOCS
+             for repository, tag in IMAGE_REFERENCE.findall(doc.read_text(encoding="utf-8"))]
+    assert any(doc == "README.md" for doc, _, _ in found), "no image reference found in README.md"
+    wrong = [f for f in found if f[2] not in (__version__, "VERSION")
+             or ("." in f[1].split("/")[0] and f[1] != image.REPOSITORY)]
+    assert not wrong, f"splitdns is {image.DEFAULT_IMAGE}, the docs say: {wrong}"
+
+
+def test_the_docs_name_the_user_the_image_runs_as() -> None:
+    found = [(doc.name, int(uid)) for doc in DOCS
+             for match in USER_MENTION.findall(doc.read_text(encoding="utf-8")) for uid in match if uid]
+    assert found, "the docs no longer name the image's user where this test looks"
+    wrong = [f for f in found if f[1] != image.USER_ID]
+    assert not wrong, f"the image runs as {image.USER_ID}, the docs say: {wrong}"
