@@ -34,7 +34,6 @@ class ClientConfig:
     remotes: list[Remote] = field(default_factory=list)
     dns_servers: list[str] = field(default_factory=list)
     networks: list[IPNetwork] = field(default_factory=list)
-    management: str | None = None
 
     def behind_tunnel(self, address: str) -> bool:
         """Is this address a DNS server the VPN gives, or inside a network routed into the tunnel?"""
@@ -83,8 +82,6 @@ def _option(conf: ClientConfig, words: list[str], number: int) -> None:
         _add_network(conf, f"{args[0]}/{mask}")
     elif name == "route-ipv6" and args:
         _add_network(conf, args[0])
-    elif name == "management" and len(args) >= 2:
-        conf.management = f"{args[0]}:{args[1]}"
 
 
 def _is_ip(text: str) -> bool:
