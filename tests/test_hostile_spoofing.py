@@ -1,7 +1,7 @@
 """Hostile catalogue A: spoofing and reply matching.
 
 Real resolver process, scripted upstreams on 127.0.0.x that also forge (see the rule format
-in tests/support/scripted_upstream.py). Each test asserts the catalogue's pass criterion and
+in tests/support/scripted_upstream/__init__.py). Each test asserts the catalogue's pass criterion and
 prints its figure (`pytest -s`). A1-A7 are in `make test` (and so in CI); A9, a flood of
 100,000 spoofed replies, is a load run: `@pytest.mark.hostile` (`make test-hostile`).
 """

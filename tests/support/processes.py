@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-SCRIPT = Path(__file__).with_name("scripted_upstream.py")
+# The scripted upstream runs as `python -m tests.support.scripted_upstream` from the repository's root.
+SCRIPT_MODULE = "tests.support.scripted_upstream"
+ROOT = Path(__file__).parents[2]
 LOOPBACK = ipaddress.ip_network("127.0.0.0/8")
 
 READY_TIMEOUT = 10.0
@@ -66,7 +68,7 @@ def poll_until(what: str, timeout: float, done: Callable[[], T | None]) -> T:
 
 @dataclass
 class Upstream:
-    """A running scripted_upstream.py process."""
+    """A running scripted upstream process (python -m tests.support.scripted_upstream)."""
 
     addr: str
     port: int
@@ -145,7 +147,7 @@ def scripted_upstream(tmp_path: Path, rules: Rules, addr: str = "127.0.0.21") ->
     write_json_atomically(workdir / "script.json", rules)
     ready_file = workdir / "ready"
     command = [
-        sys.executable, str(SCRIPT),
+        sys.executable, "-m", SCRIPT_MODULE,
         "--addr", addr,
         "--port", "0",
         "--script", str(workdir / "script.json"),
@@ -154,7 +156,8 @@ def scripted_upstream(tmp_path: Path, rules: Rules, addr: str = "127.0.0.21") ->
     ]  # fmt: skip
     # stderr goes to a file: a pipe nobody reads could fill up and stall the server.
     with (workdir / "stderr.log").open("wb") as stderr:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=stderr, stderr=stderr)
+        process = subprocess.Popen(command, cwd=ROOT, stdin=subprocess.DEVNULL, stdout=stderr,
+                                   stderr=stderr)
     try:
         port = wait_ready(process, ready_file, workdir / "stderr.log")
         yield Upstream(addr=addr, port=port, process=process, workdir=workdir)
