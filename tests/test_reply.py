@@ -209,6 +209,28 @@ def test_compression_attacks_are_rejected() -> None:
     assert read_reply_to(sent, head + b"\xc0\x0c" + rr + b"\x00") is None  # trailing byte
 
 
+def test_a_name_read_from_a_ttl_field_is_refused() -> None:
+    """A pointer may land anywhere before it (dnspython reads what it finds), also on a TTL. A
+    cache hit writes the remaining TTL there, so the name a client reads would change."""
+    sent = wire.upstream_query(wire.parse_query(to_wire(query("example.org.")))  # type: ignore[arg-type]
+                               , 0x4242)
+    question_end = sent.index(b"\x00\x00\x29")  # the OPT record follows the question
+    head = sent[:2] + b"\x81\x80" + b"\x00\x01\x00\x01\x00\x01\x00\x00" + sent[12:question_end]
+    answer = b"\xc0\x0c\x00\x01\x00\x01\x00\x00\x00\x3c\x00\x04\xc0\x00\x02\x01"
+    # To the answer's class's low byte: read as a 1-byte label, then the TTL's bytes.
+    into_ttl = struct.pack("!H", 0xC000 | (len(head) + 5))
+    ns = b"\xc0\x0c\x00\x02\x00\x01\x00\x00\x00\x3c\x00\x02"
+    good = head + answer + ns + b"\xc0\x0c"
+    bad = head + answer + ns + into_ttl
+    assert read_reply_to(sent, good) is not None
+    read = dns.message.from_wire(bad)  # dnspython accepts it: the NS name is the TTL's bytes
+    assert read.authority[0][0].target.labels[0] == b"\x00"
+    changed = bytearray(bad)
+    changed[len(head) + 6:len(head) + 10] = struct.pack("!I", 1 << 24)  # what a cache hit writes
+    assert dns.message.from_wire(bytes(changed)).authority[0][0].target != read.authority[0][0].target
+    assert read_reply_to(sent, bad) is None
+
+
 @pytest.mark.parametrize(("rtype", "rclass", "rdata", "valid"), [
     (1, 1, b"\xc0\x00\x02\x01", True),          # A in IN: an address
     (1, 3, b"\xc0\x00\x02\x01", False),         # A in CH: a name and a number for dnspython

@@ -123,6 +123,7 @@ def rewrite_with_dnspython(data: bytes,
 def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) -> Reply | None:
     qdcount, ancount, nscount, arcount = counts
     pos = 12
+    read: list[tuple[int, int]] = []  # the parts of names reached by pointers
     for _ in range(qdcount):
         pos = _name(data, pos, n)
         if pos < 0 or pos + 4 > n:
@@ -137,13 +138,13 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) ->
     total = ancount + nscount + arcount
     for index in range(total):
         start = pos
-        pos = _name(data, pos, n)
+        pos = _name(data, pos, n, read)
         if pos < 0 or pos + 10 > n:
             return None
         rtype, rclass, rttl, rdlen = _RR.unpack_from(data, pos)
         rdata = pos + 10
         end = rdata + rdlen
-        if end > n or not _rdata_ok(data, rtype, rclass, rdata, end):
+        if end > n or not _rdata_ok(data, rtype, rclass, rdata, end, read):
             return None
         if rtype == T_OPT:
             if index < ancount + nscount or opt_start >= 0 or data[start] != 0 or pos != start + 1:
@@ -167,12 +168,23 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) ->
         return None  # trailing bytes: dnspython (ignore_trailing=False) refuses them too
     if rcode > 10:
         return None  # DSO's, unassigned, or extended rcodes (cookies, versions) we never asked for
+    if offsets and _names_in_ttls(read, offsets):
+        return None
     stored = b"\x00\x00" + data[2:]
     if opt_start >= 0:
         if any(off > opt_start for off in offsets):
             raise Unusual("OPT is not the last record")
         stored = wire.HEADER.pack(0, flags, qdcount, ancount, nscount, arcount - 1) + data[12:opt_start]
     return Reply(data, flags, rcode, counts, min_ttl, soa_ttl, stored, tuple(offsets), tuple(owners))
+
+
+def _names_in_ttls(read: list[tuple[int, int]], offsets: list[int]) -> bool:
+    """Whether a name reached by a pointer is read from a TTL field's bytes. A cache hit writes
+    the remaining TTL there, so that name would change under the client's eyes (dnspython
+    accepts a pointer into the middle of anything before it)."""
+    first = offsets[0]  # parts that end before it (the question's name, mostly) touch no TTL
+    return any(end > first and any(off < end and start < off + 4 for off in offsets)
+               for start, end in read)
 
 
 def owner(data: bytes, pos: int) -> bytes:
@@ -187,10 +199,13 @@ def owner(data: bytes, pos: int) -> bytes:
     return bytes(out.lower()) + b"\x00"
 
 
-def _name(data: bytes, pos: int, n: int, floor: int = wire.HEADER.size) -> int:
+def _name(data: bytes, pos: int, n: int, read: list[tuple[int, int]] | None = None,
+          floor: int = wire.HEADER.size) -> int:
     """The offset after the name at `pos`, or -1 if it breaks a rule (RFC 9267, dnspython's).
+    `read`: where each part reached by a pointer lies, [start, end), is added to it.
     `floor`: no pointer may target an offset below it (the message's header, by default)."""
     end = -1
+    jumped = -1      # where the part reached by the last pointer starts
     part = pos       # where the part of the name being read starts: the name, then each target
     stop = n         # the name's bytes lie before this: a target may not run into the part that
                      # pointed to it, let alone past it (dnspython 2.9.1)
@@ -201,6 +216,8 @@ def _name(data: bytes, pos: int, n: int, floor: int = wire.HEADER.size) -> int:
             return -1
         count = data[pos]
         if count == 0:
+            if jumped >= 0 and read is not None:
+                read.append((jumped, pos + 1))
             return pos + 1 if end < 0 else end
         if count < 64:
             length += count + 1
@@ -219,14 +236,17 @@ def _name(data: bytes, pos: int, n: int, floor: int = wire.HEADER.size) -> int:
             # there would change under a client's eyes.
             if target < floor or target >= part or hops > MAX_POINTER_HOPS:
                 return -1
+            if jumped >= 0 and read is not None:
+                read.append((jumped, pos + 2))
             stop = part
-            part = pos = target
+            part = pos = jumped = target
         else:
             return -1  # label types 64-191 are not in use
     return -1
 
 
-def _rdata_ok(data: bytes, rtype: int, rclass: int, start: int, end: int) -> bool:
+def _rdata_ok(data: bytes, rtype: int, rclass: int, start: int, end: int,
+              read: list[tuple[int, int]]) -> bool:
     """The rdata shapes dnspython checks, by hand for the types replies carry most. A, AAAA
     and SRV mean what they mean only in class IN (dnspython reads CH's A as a name and a
     number, and rdata of a class it has no rules for as opaque)."""
@@ -236,14 +256,14 @@ def _rdata_ok(data: bytes, rtype: int, rclass: int, start: int, end: int) -> boo
     if size is not None:
         return end - start == size
     if rtype in _ONE_NAME:
-        return _name(data, start, end) == end
+        return _name(data, start, end, read) == end
     if rtype == T_MX:
-        return end - start > 2 and _name(data, start + 2, end) == end
+        return end - start > 2 and _name(data, start + 2, end, read) == end
     if rtype == T_SRV:
-        return end - start > 6 and _name(data, start + 6, end) == end
+        return end - start > 6 and _name(data, start + 6, end, read) == end
     if rtype == T_SOA:
-        after = _name(data, start, end)
-        after = _name(data, after, end) if after > 0 else -1
+        after = _name(data, start, end, read)
+        after = _name(data, after, end, read) if after > 0 else -1
         return after > 0 and end - after == 20
     if rtype == T_TXT:
         pos = start
