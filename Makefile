@@ -14,7 +14,7 @@ DEBIAN_PACKAGES := bind9-dnsutils bind9-utils dnsperf nsd unbound dnsmasq-base o
 # (buildah, fuse-overlayfs, slirp4netns, ...) are not used.
 IMAGE_PACKAGES := podman runc mmdebstrap
 
-.PHONY: run test test-hostile venv deps-debian deps-image lint typecheck pytest lab-up lab-down lab-status clean
+.PHONY: run test test-fast test-e2e test-hostile venv deps-debian deps-image lint typecheck pytest lab-up lab-down lab-status clean
 
 run: $(VENV)/.run-installed
 	$(BIN)/splitdns demo
@@ -71,8 +71,22 @@ lint: venv
 typecheck: venv
 	$(BIN)/mypy
 
+# Two tiers, the fast one first: the codec, the core's transcripts, the shell in process,
+# parsers, kube and the CLI (under 90 s on 2 cores); then the end-to-end one: real processes
+# and servers, the namespace labs, the image, the differential run, the quick hostile catalogue
+# (tests/conftest.py lists its modules). Plain `pytest` runs both.
+FAST = -m "not e2e and not hostile"
+E2E = -m "e2e and not hostile"
+
 pytest: venv
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(FAST)
+	$(BIN)/python -m pytest -q $(E2E)
+
+test-fast: venv
+	$(BIN)/python -m pytest -q $(FAST)
+
+test-e2e: deps-debian deps-image venv
+	$(BIN)/python -m pytest -q $(E2E)
 
 # The hostile-input catalogue (tests/test_hostile_*.py: spoofing, upstream faults, hostile clients,
 # cache and load, lifecycle): the core set, the slow rest
@@ -82,7 +96,8 @@ test-hostile: deps-debian venv
 	@status=0; \
 	SPLITDNS_FIGURES=results/hostile-figures.txt $(BIN)/python -m pytest -q -s -m "hostile or not hostile" \
 		tests/test_hostile_spoofing.py tests/test_hostile_upstream.py tests/test_hostile_clients.py \
-		tests/test_hostile_cache_load.py tests/test_properties.py || status=$$?; \
+		tests/test_hostile_cache_load.py tests/test_properties.py tests/test_server_inprocess.py \
+		tests/test_lifecycle_inprocess.py || status=$$?; \
 	$(BIN)/python -m tests.hostile_soak --minutes 10 --figures results/hostile-figures.txt \
 		--out results/hostile.md || status=$$?; \
 	exit $$status

@@ -1,5 +1,13 @@
 """Suite-wide: no Python object repr in anything a user reads (tests/support/user_text.py);
-and a run counts the product's tests and the tests of the tests' own tools apart.
+a run counts the product's tests and the tests of the tests' own tools apart; and every test
+belongs to a tier.
+
+Two tiers (`make test` runs the fast one first, then the end-to-end one): the fast tier is the
+codec, the core's transcripts, the shell in process (tests/support/inprocess.py), parsers,
+kube and the CLI; the end-to-end tier (marked `e2e` here, by module: E2E_MODULES) runs real
+processes and servers: `splitdns serve` with `dig`, the namespace labs with OpenVPN, the
+image, the differential run, DoT against Unbound, the quick hostile catalogue, the webhook
+over HTTPS, the benchmark's smoke test. Plain `pytest` runs both.
 
 Tests marked `tooling` check the scripted upstream and the benchmark, not splitdns: they
 protect the product's tests but say nothing about the product. A line before pytest's own
@@ -70,6 +78,38 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 
+# Modules whose tests run real processes or servers (tests/test_tiers.py checks that every
+# module starting `splitdns serve`, a scripted upstream or a lab is listed, and that each exists).
+E2E_MODULES = frozenset({
+    # `splitdns serve` as a process, real dig
+    "test_serve", "test_runtime", "test_operations", "test_tunnel_serve", "test_plugins_serve",
+    "test_corefile_compat_serve", "test_demo",
+    # the quick hostile catalogue
+    "test_hostile_spoofing", "test_hostile_upstream", "test_hostile_clients", "test_hostile_cache_load",
+    # namespace labs with OpenVPN, the image, real peers
+    "test_lab", "test_openvpn_lab", "test_verify_lab", "test_inject_lab", "test_image",
+    "test_differential", "test_dot", "test_bench_smoke",
+    # the webhook as a process over HTTPS
+    "test_webhook", "test_webhook_render",
+    # the scripted upstream's own tests (tooling: processes)
+    "test_scripted_upstream",
+})
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.stem in E2E_MODULES:
+            item.add_marker(pytest.mark.e2e)
+
+
+def _tier(config: pytest.Config) -> str:
+    """Which tier `-m` chose, for the summary line ("" for a run of both or another choice)."""
+    chosen = str(config.getoption("markexpr", "") or "")
+    if "not e2e" in chosen:
+        return "fast tier: "
+    return "end-to-end tier: " if "e2e" in chosen else ""
+
+
 _TALLIES: Counter[tuple[str, str]] = Counter()
 
 
@@ -91,4 +131,4 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     for kind in ("product", "tooling"):
         counts = [f"{n} {outcome}" for (k, outcome), n in sorted(_TALLIES.items()) if k == kind and n]
         parts.append(f"{kind} tests: {', '.join(counts) or 'none'}")
-    terminalreporter.write_line("; ".join(parts))
+    terminalreporter.write_line(_tier(terminalreporter.config) + "; ".join(parts))

@@ -15,11 +15,11 @@ import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import closing, contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, TypeVar
 
 import dns.message
 import dns.rcode
+import dns.rdatatype
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -28,9 +28,11 @@ from splitdns import config
 from splitdns.codec import wire
 from splitdns.core import metrics, resolve
 from splitdns.shell import datagrams, server
+from tests.helpers import reply
 from tests.support.hostile import ask_udp
+from tests.support.inprocess import FakeUpstream, Handle, run
 from tests.support.prerequisites import skip_or_fail
-from tests.support.processes import free_port, scripted_upstream
+from tests.support.processes import free_port
 
 READERS = [datagrams.Batch, datagrams.OneByOne]
 T = TypeVar("T")
@@ -198,22 +200,24 @@ def test_batch_and_one_by_one_deliver_the_same(plan: list[tuple[int, bool]]) -> 
                                  for n, (size, answer) in enumerate(plan)]
 
 
-def test_the_server_answers_through_the_fallback_reader(tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_server_answers_through_the_fallback_reader(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where recvmmsg is missing, hits and misses are served the same, one datagram at a time."""
     monkeypatch.setattr(datagrams, "open_batch", datagrams.OneByOne)
-    rules = [{"suffix": ".", "qtype": "A", "records": ["{qname} 300 IN A 192.0.2.7"]}]
-    with scripted_upstream(tmp_path, rules) as up:
-        port = free_port("127.0.0.1")
-        conf = cached_forward(port, up.addr, up.port)
+    port = free_port("127.0.0.1")
 
-        async def scenario(srv: server.Server) -> tuple[list[dns.message.Message], tuple[int, int]]:
-            assert isinstance(srv.listeners[0].batch, datagrams.OneByOne)
-            replies = [await asyncio.to_thread(ask, port, "www.example.", qid) for qid in (1, 2, 3)]
-            stats = next(iter(srv.zones.values())).stats
-            return replies, (stats.cache_misses, stats.cache_hits)
+    async def scenario() -> tuple[list[dns.message.Message], tuple[int, int]]:
+        async with FakeUpstream(lambda q: reply(q, f"{q.question[0].name} 300 IN A 192.0.2.7")) as up:
+            srv = server.Server(cached_forward(port, up.addr, up.port))
+            await srv.start()
+            try:
+                assert isinstance(srv.listeners[0].batch, datagrams.OneByOne)
+                replies = [await asyncio.to_thread(ask, port, "www.example.", qid) for qid in (1, 2, 3)]
+                stats = next(iter(srv.zones.values())).stats
+                return replies, (stats.cache_misses, stats.cache_hits)
+            finally:
+                srv.close()
 
-        replies, (misses, hits) = serving(conf, scenario)
+    replies, (misses, hits) = run(scenario)
     assert [r.id for r in replies] == [1, 2, 3]
     assert all(r.rcode() == dns.rcode.NOERROR for r in replies)
     assert all(r.answer[0][0].address == "192.0.2.7" for r in replies)
@@ -288,6 +292,21 @@ def serving(conf: config.Config, scenario: Callable[[server.Server], Awaitable[T
 
     result: T = asyncio.run(asyncio.wait_for(run(), 20))
     return result
+
+
+def serving_behind(handle: Handle, conf: Callable[[FakeUpstream], config.Config],
+                   scenario: Callable[[server.Server], Awaitable[T]]) -> T:
+    """`scenario` against a started in-process server whose upstream answers with `handle`."""
+    async def run_it() -> T:
+        async with FakeUpstream(handle) as up:
+            srv = server.Server(conf(up))
+            await srv.start()
+            try:
+                return await scenario(srv)
+            finally:
+                srv.close()
+
+    return run(run_it)
 
 
 def cached_forward(port: int, up_addr: str, up_port: int) -> config.Config:
@@ -376,39 +395,39 @@ def test_an_internal_error_on_one_datagram_loses_only_that_one(monkeypatch: pyte
     assert all(r is not None and r[3] & 0xF == dns.rcode.NOTIMP for r in (replies[0], replies[2]))
 
 
-def test_hits_are_counted_by_kind_in_a_batch_of_one_and_of_many(tmp_path: Path) -> None:
+def test_hits_are_counted_by_kind_in_a_batch_of_one_and_of_many() -> None:
     """A single hit skips the per-kind tally (the usual batch at a pod's rates); a batch
     mixing kinds counts each kind. Every reply is counted once, either way."""
-    rules = [{"suffix": ".", "qtype": "A", "records": ["{qname} 300 IN A 192.0.2.7"]},
-             {"suffix": ".", "qtype": "AAAA", "records": ["{qname} 300 IN AAAA 2001:db8::7"]}]
-    with scripted_upstream(tmp_path, rules) as up:
-        port = free_port("127.0.0.1")
-        conf = cached_forward(port, up.addr, up.port)
+    port = free_port("127.0.0.1")
 
-        async def scenario(srv: server.Server) -> tuple[list[int], object]:
-            for qtype in ("A", "AAAA"):  # the two misses fill the cache
-                await asyncio.to_thread(ask, port, "www.example.", 1, qtype)
-            for qid in (2, 3):  # alone: rendered from the cache, then from the memo
-                await asyncio.to_thread(ask, port, "www.example.", qid, "A")
-            clients = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(5)]
-            try:
-                kinds = ["A", "A", "A", "AAAA", "AAAA"]
-                for qid, (c, qtype) in enumerate(zip(clients, kinds, strict=True)):
-                    query = dns.message.make_query("www.example.", qtype)
-                    query.id = 10 + qid
-                    c.sendto(query.to_wire(), ("127.0.0.1", port))
-                srv.listeners[0].last_count = datagrams.BATCH  # as after a full read
-                srv._udp_readable(srv.listeners[0])  # the five in one batch
-                ids = []
-                for c in clients:
-                    c.settimeout(2)
-                    ids.append(dns.message.from_wire(c.recv(4096)).id)
-            finally:
-                for c in clients:
-                    c.close()
-            return ids, next(iter(srv.zones.values())).stats
+    def a_and_aaaa(q: dns.message.Message) -> dns.message.Message:
+        record = "A 192.0.2.7" if q.question[0].rdtype == dns.rdatatype.A else "AAAA 2001:db8::7"
+        return reply(q, f"{q.question[0].name} 300 IN {record}")
 
-        ids, stats = serving(conf, scenario)
+    async def scenario(srv: server.Server) -> tuple[list[int], object]:
+        for qtype in ("A", "AAAA"):  # the two misses fill the cache
+            await asyncio.to_thread(ask, port, "www.example.", 1, qtype)
+        for qid in (2, 3):  # alone: rendered from the cache, then from the memo
+            await asyncio.to_thread(ask, port, "www.example.", qid, "A")
+        clients = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(5)]
+        try:
+            kinds = ["A", "A", "A", "AAAA", "AAAA"]
+            for qid, (c, qtype) in enumerate(zip(clients, kinds, strict=True)):
+                query = dns.message.make_query("www.example.", qtype)
+                query.id = 10 + qid
+                c.sendto(query.to_wire(), ("127.0.0.1", port))
+            srv.listeners[0].last_count = datagrams.BATCH  # as after a full read
+            srv._udp_readable(srv.listeners[0])  # the five in one batch
+            ids = []
+            for c in clients:
+                c.settimeout(2)
+                ids.append(dns.message.from_wire(c.recv(4096)).id)
+        finally:
+            for c in clients:
+                c.close()
+        return ids, next(iter(srv.zones.values())).stats
+
+    ids, stats = serving_behind(a_and_aaaa, lambda up: cached_forward(port, up.addr, up.port), scenario)
     assert ids == [10, 11, 12, 13, 14]
     assert isinstance(stats, metrics.ZoneStats)
     assert (stats.cache_misses, stats.cache_hits) == (2, 7)

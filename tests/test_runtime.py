@@ -1,6 +1,7 @@
 """What a user relies on at run time, end to end: a real `splitdns serve`, real `dig` and
-HTTP, scripted upstreams on 127.0.0.x. Failing fast, live readiness, reloads, stopping,
-metrics. Each test prints the figure it measures."""
+HTTP, scripted upstreams on 127.0.0.x. Failing fast, readiness, stopping, metrics. Each test
+prints the figure it measures. Live readiness per zone and the reloads' cases are tested in
+process (tests/test_lifecycle_inprocess.py); end to end, test_operations.py reloads."""
 
 from __future__ import annotations
 
@@ -53,89 +54,6 @@ def test_a_blackholed_upstream_costs_one_query_then_fails_fast_until_a_probe_is_
         poll_until("a probe to bring the upstream back", 5, lambda: True if dig(
             "back.example.org", server="127.0.0.1", port=r.port).rdata == ["192.0.2.7"] else None)
         print(f"answers again {time.monotonic() - recovered:.2f} s after the upstream recovered")
-
-
-def test_ready_for_a_zone_follows_its_upstream_without_any_traffic(tmp_path: Path) -> None:
-    ready = free_port("127.0.0.1")
-    text = f""". {{
-    ready 127.0.0.1:{ready}
-    forward . 127.0.0.23:9
-}}
-svc.acme.internal {{
-    forward . {{target}} {{
-        read_timeout 500ms
-    }}
-}}
-"""
-    with scripted_upstream(tmp_path, ANSWER, "127.0.0.22") as tunnel, \
-            splitdns_serve(tmp_path, text.replace("{target}", tunnel.target)) as r:
-        zone = "/ready?zone=svc.acme.internal"
-        poll_until("the zone ready", 5, lambda: True if http_get(ready, zone)[0] == 200 else None)
-        tunnel.set_rules(DROP)
-        died = time.monotonic()
-        seen = poll_until("the dead upstream seen by /ready", 12, lambda: http_get(ready, zone)
-                          if http_get(ready, zone)[0] == 503 else None)
-        print(f"/ready?zone went 503 {time.monotonic() - died:.1f} s after its upstream died, "
-              "with no client query")
-        assert "every upstream" in seen[1]
-        assert not [q for q in tunnel.queries() if q.get("qname") not in (None, ".", "svc.acme.internal.")]
-        tunnel.set_rules(ANSWER)
-        back = time.monotonic()
-        poll_until("the zone ready again", 5, lambda: True if http_get(ready, zone)[0] == 200 else None)
-        print(f"and 200 again {time.monotonic() - back:.1f} s after it came back")
-        assert r.process.poll() is None
-
-
-def test_a_reload_that_changes_the_upstreams_drops_the_cached_answers(tmp_path: Path) -> None:
-    old = [{"suffix": ".", "records": ["{qname} 300 IN A 192.0.2.1"]}]
-    new = [{"suffix": ".", "records": ["{qname} 300 IN A 192.0.2.2"]}]
-    text = "example.org {{\n reload 2s 1s\n cache 300\n {extra}\n forward . {target}\n}}\n"
-    with scripted_upstream(tmp_path, old, "127.0.0.21") as up1, \
-            scripted_upstream(tmp_path, new, "127.0.0.22") as up2, \
-            splitdns_serve(tmp_path, text.format(extra="", target=up1.target)) as r:
-        corefile = r.workdir / "Corefile"
-
-        def reload(content: str) -> None:
-            before = r.stderr().count("Running configuration")
-            corefile.write_text(content)
-            r.process.send_signal(signal.SIGUSR1)
-            poll_until("the reload", 5, lambda: True if r.stderr().count(
-                "Running configuration") > before else None)
-
-        assert dig("db.example.org", server="127.0.0.1", port=r.port).rdata == ["192.0.2.1"]
-        reload(text.format(extra="errors", target=up1.target))  # the cache does not depend on it
-        assert dig("db.example.org", server="127.0.0.1", port=r.port).rdata == ["192.0.2.1"]
-        assert len([q for q in up1.queries() if q.get("qname") == "db.example.org."]) == 1  # kept
-        reload(text.format(extra="errors", target=up2.target))
-        out = dig("db.example.org", server="127.0.0.1", port=r.port)
-        assert out.rdata == ["192.0.2.2"]  # asked anew, not the old upstream's cached answer
-
-
-def test_a_broken_corefile_is_reported_once_per_content(tmp_path: Path) -> None:
-    metrics = free_port("127.0.0.1")
-    good = f"example.org {{\n reload 2s 1s\n prometheus 127.0.0.1:{metrics}\n forward . 127.0.0.23:9\n}}\n"
-    with splitdns_serve(tmp_path, good) as r:
-        corefile = r.workdir / "Corefile"
-
-        def reported() -> int:
-            return r.stderr().count("could not be loaded")
-
-        def failed_total() -> str:
-            found = re.search(r"^coredns_reload_failed_total (\S+)$", http_get(metrics, "/metrics")[1], re.M)
-            assert found is not None
-            return found.group(1)
-
-        corefile.write_text(good.replace("\n}\n", "\n"))  # the closing brace is missing
-        for _ in range(3):
-            r.process.send_signal(signal.SIGUSR1)
-            time.sleep(0.3)
-        time.sleep(3.2)  # and at least one poll of `reload 2s 1s`
-        print(f"one broken Corefile, 3 SIGUSR1 and a poll: reported {reported()} time(s)")
-        assert (reported(), failed_total()) == (1, "1.0")
-        corefile.write_text(good.replace("forward", "forwrd"))  # broken another way
-        r.process.send_signal(signal.SIGUSR1)
-        poll_until("the new error", 5, lambda: True if reported() == 2 else None)
-        assert failed_total() == "2.0" and "forwrd" in r.stderr()
 
 
 def ops_ports() -> tuple[int, int, int]:
@@ -211,29 +129,6 @@ def test_every_answer_is_counted_and_zone_ready_only_reported_with_a_ready_direc
         # (a 0 would read as "not ready" while the zone answers).
         assert metric_lines(metrics, "splitdns_zone_ready{") == []
         assert metric_lines(metrics, 'splitdns_upstream_healthy{') != []
-
-
-def test_reload_reports_an_unparsable_corefile_once_until_it_changes(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """In process: reload() is what every poll and SIGUSR1 call."""
-    import asyncio
-
-    from splitdns import config
-    from splitdns.shell.lifecycle import Runtime
-    from splitdns.shell.server import Server
-
-    path = tmp_path / "Corefile"
-    good = "example.org {\n reload 2s 1s\n forward . 127.0.0.23:9\n}\n"
-    runtime = Runtime(Server(config.loads(good, str(path), env={})), str(path))
-    path.write_text(good.replace("\n}\n", "\n"))
-    results = [asyncio.run(runtime.reload()) for _ in range(3)]
-    assert results == [False] * 3 and runtime.process.reloads_failed == 1
-    assert capsys.readouterr().err.count("could not be loaded") == 1
-    path.write_text(good.replace("forward", "forwrd"))
-    asyncio.run(runtime.reload())
-    asyncio.run(runtime.reload())
-    assert runtime.process.reloads_failed == 2
-    assert capsys.readouterr().err.count("could not be loaded") == 1
 
 
 def test_the_catch_all_is_ready_when_its_upstream_refuses_the_root_but_a_chosen_probe_must_answer(

@@ -142,16 +142,6 @@ def test_forged_replies_are_dropped_and_the_genuine_one_accepted(tmp_path: Path)
             assert POISON_A not in out.stdout
 
 
-def test_dead_upstream_gives_servfail_in_bounded_time(tmp_path: Path) -> None:
-    with scripted_upstream(tmp_path, [{"suffix": ".", "action": "drop"}]) as up, \
-            splitdns_serve(tmp_path, f". {{\n errors\n forward . {up.target}\n}}\n") as r:
-        out = dig("example.org", server="127.0.0.1", port=r.port, timeout=8)
-        print(f"dead upstream: SERVFAIL after {out.elapsed:.2f} s")
-        assert out.status == "SERVFAIL"
-        assert 3.5 < out.elapsed < 5.5  # two attempts of 2 s, as CoreDNS; within the 5 s deadline
-        assert "[ERROR] plugin/errors: 2 example.org. A:" in r.stderr()
-
-
 def test_nothing_listening_fails_fast(tmp_path: Path) -> None:
     with splitdns_serve(tmp_path, ". {\n forward . 127.0.0.23:9\n}\n") as r:
         out = dig("example.org", server="127.0.0.1", port=r.port)

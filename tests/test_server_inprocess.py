@@ -78,7 +78,7 @@ def test_prefetch_asks_the_upstream_again_before_expiry_and_clients_never_miss()
                     # Due (50 % of the TTL left) and not seen yet: the prefetch runs in the
                     # background after the reply; wait for it to reach the upstream.
                     seen = len(asked_at)
-                    await until("the prefetch", lambda: len(asked_at) > seen)
+                    await until("the prefetch", lambda seen=seen: len(asked_at) > seen)
                 clock.advance(0.2)
             return answers, await scrape(mport)
 
