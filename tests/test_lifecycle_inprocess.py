@@ -18,9 +18,9 @@ from splitdns.shell import lifecycle
 from tests.helpers import query, reply
 from tests.support.hostile import figure, metric, ms
 from tests.support.inprocess import (
+    Answer,
     FakeClock,
     FakeUpstream,
-    Handle,
     ask_wire,
     http,
     run,
@@ -30,7 +30,7 @@ from tests.support.inprocess import (
 from tests.support.processes import free_port
 
 
-def answering(address: str, ttl: int = 60) -> Handle:
+def answering(address: str, ttl: int = 60) -> Answer:
     return lambda q: reply(q, f"{q.question[0].name} {ttl} IN A {address}")
 
 

@@ -26,7 +26,7 @@ import struct
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TextIO, TypeVar
+from typing import Any, TextIO, TypeVar, cast
 
 import dns.exception
 import dns.message
@@ -42,6 +42,7 @@ from tests.support.resolver import http_get
 T = TypeVar("T")
 Reply = dns.message.Message | bytes | None
 Handle = Callable[[dns.message.Message], Reply | Awaitable[Reply]]
+Answer = Callable[[dns.message.Message], dns.message.Message]  # a Handle that always answers
 
 SCENARIO_TIMEOUT = 20.0  # no in-process test may run longer than this
 MAX_QUERIES = 100_000  # a fake upstream stops answering (and records nothing more) past this
@@ -87,7 +88,7 @@ class _Udp(asyncio.DatagramProtocol):
         self.transport: asyncio.DatagramTransport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment] (a DatagramTransport here)
+        self.transport = cast(asyncio.DatagramTransport, transport)
 
     def datagram_received(self, data: bytes, addr: tuple[str, int]) -> None:
         self.upstream.spawn(self._answer(data, addr))
@@ -290,7 +291,7 @@ async def serving(corefile: str, *, clock: FakeClock | Callable[[], float] | Non
     server = Server(loaded, clock=the_clock)
     life = Runtime(server, path, port) if runtime else None
     tee = _Tee(sys.stderr)
-    with contextlib.redirect_stderr(tee):  # type: ignore[type-var]
+    with contextlib.redirect_stderr(tee):
         try:
             if life is not None:
                 await life.start()

@@ -1,7 +1,7 @@
 """One rule for a test that cannot run here: skip, or fail when a prerequisite is required.
 
 On a developer's machine a missing tool (dig, nsd, kubectl), root, network namespaces, IPv6
-`::1`, a package index or io_uring is a reason to skip, said in the skip. CI sets
+`::1` or a package index is a reason to skip, said in the skip. CI sets
 SPLITDNS_LAB_REQUIRED=1 (`.ci/run`): there every prerequisite is installed by `make test`, so a
 missing one is a failure, never a skip that would hide a test that no longer runs.
 """
