@@ -272,3 +272,75 @@ def test_pushed_domains_are_routed_to_the_tunnel_zone(tmp_path: Path) -> None:
     assert before == ["192.168.240.10"]  # the catch-all, before the push
     assert routed == ["192.168.240.30"] and vpn_asked[-1] == "www.corp.example."
     assert other == ["192.168.240.10"]
+
+
+# --- endpoints during an outage (end to end: test_operations.py, test_runtime.py) ---------------
+
+def test_j1_during_an_outage_health_and_ready_stay_200_and_the_zone_goes_503() -> None:
+    """Hostile catalogue J1: every upstream blackholed while clients keep asking. /health stays
+    200 and quick, /ready stays 200 (the documented rule: an upstream outage does not take the
+    pod out of its Services), /ready?zone=corp.example ends 503, every upstream is marked down."""
+    health, ready, mport = (free_port("127.0.0.1") for _ in range(3))
+    dead = [False]
+    answer = answering("192.0.2.1")
+
+    def handle(q: dns.message.Message) -> dns.message.Message | None:
+        return None if dead[0] else answer(q)
+
+    # Marked down after two failures in a row: a query's two 300 ms attempts.
+    quick = "read_timeout 300ms\n        max_fails 1"
+
+    async def scenario() -> tuple[list[int], float, list[int], list[int], list[float]]:
+        async with FakeUpstream(handle, "127.0.0.41") as any_, \
+                FakeUpstream(handle, "127.0.0.42") as tunnel, \
+                FakeUpstream(handle, "127.0.0.43") as cluster, \
+                serving(f""". {{
+                    health 127.0.0.1:{health}
+                    ready 127.0.0.1:{ready}
+                    prometheus 127.0.0.1:{mport}
+                    forward . {any_.target} {{
+                        {quick}
+                    }}
+                }}
+                corp.example {{
+                    forward . {tunnel.target} {{
+                        {quick}
+                    }}
+                }}
+                cluster.local {{
+                    forward . {cluster.target} {{
+                        {quick}
+                    }}
+                }}""", clock=time.monotonic, runtime=True) as s:
+            for _ in range(100):  # bounded: 5 s
+                if (await http(ready, "/ready"))[0] == 200:
+                    break
+                await asyncio.sleep(0.05)
+            dead[0] = True
+            healths, readies, zone, slowest, asking = [], [], [], 0.0, []
+            end = time.monotonic() + 2
+            for i in range(100):  # bounded: 2 s of polls 100 ms apart
+                if time.monotonic() > end:
+                    break
+                began = time.monotonic()
+                healths.append((await http(health, "/health"))[0])
+                slowest = max(slowest, time.monotonic() - began)
+                readies.append((await http(ready, "/ready"))[0])
+                zone.append((await http(ready, "/ready?zone=corp.example"))[0])
+                asking += [asyncio.ensure_future(s.ask(query(f"j{i}.{z}"), timeout=1))
+                           for z in ("public.test.", "corp.example.", "svc.cluster.local.")]
+                await asyncio.sleep(0.1)
+            await asyncio.gather(*asking)
+            values = await scrape(mport)
+            down = [metric(values, "splitdns_upstream_healthy", to=up.target)
+                    for up in (any_, tunnel, cluster)]
+            return healths, slowest, readies, zone, down
+
+    healths, slowest, readies, zone, down = run(scenario)
+    figure("J1", f"in process: all upstreams blackholed for 2 s: /health {sorted(set(healths))} over "
+                 f"{len(healths)} polls (slowest {ms(slowest)}), /ready {sorted(set(readies))}, "
+                 f"/ready?zone=corp.example ends {zone[-1]}; splitdns_upstream_healthy {sorted(set(down))}")
+    assert set(healths) == {200} and slowest < 0.5
+    assert set(readies) == {200}
+    assert zone[-1] == 503
+    assert down == [0.0, 0.0, 0.0]
