@@ -2,8 +2,8 @@
 
 OpenVPN itself drives these in test_openvpn_lab.py; here the hook's state file is written by
 the hook command itself, the way OpenVPN would run it, so each behaviour is cheap to check.
-A pushed server that is this server, and pushed domains, are tested in process
-(tests/test_lifecycle_inprocess.py); test_openvpn_lab.py has the loop with a real OpenVPN.
+A pushed server that is this server is tested in process (tests/test_lifecycle_inprocess.py);
+test_openvpn_lab.py has that loop with a real OpenVPN.
 """
 
 from __future__ import annotations
@@ -112,3 +112,24 @@ def test_tunnel_zone_follows_the_hook_state(tmp_path: Path) -> None:
         print(f"followed the new pushed DNS in {1000 * (time.monotonic() - started):.0f} ms")
 
 
+def test_pushed_domains_are_routed_to_the_tunnel_zone(tmp_path: Path) -> None:
+    """`openvpn { domains }`: the block also owns what the VPN server says it resolves."""
+    state = tmp_path / "openvpn.json"
+    text = corefile("{cluster}", state).replace(f"state {state}", f"state {state}\n        domains")
+    corp = [{"suffix": ".", "records": ["{qname} 60 IN A 192.168.240.30"]}]
+    with scripted_upstream(tmp_path, ANSWER, "127.0.0.21") as cluster, \
+            scripted_upstream(tmp_path, corp, "127.0.0.22") as vpn, \
+            splitdns_serve(tmp_path, text.replace("{cluster}", cluster.target)) as r:
+        catch_all = ask(r.port, "api.corp.example.")[2]
+        assert catch_all.answer[0].to_text().endswith("192.168.240.10")
+        hook(state, "up", dns_server_1_address_1=vpn.addr, dns_server_1_port_1=str(vpn.port),
+             dns_server_1_resolve_domain_1="corp.example")
+
+        def routed() -> bool | None:
+            answer = ask(r.port, "www.corp.example.")[2].answer
+            return True if answer and answer[0].to_text().endswith("192.168.240.30") else None
+
+        poll_until("the pushed domain", 2, routed)
+        assert [q["qname"] for q in vpn.queries() if "qname" in q][-1] == "www.corp.example."
+        # The Corefile's own zones keep their owners: the catch-all still answers other names.
+        assert ask(r.port, "www.example.com.")[2].answer[0].to_text().endswith("192.168.240.10")
