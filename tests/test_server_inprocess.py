@@ -10,6 +10,7 @@ import itertools
 import time
 from collections.abc import Callable
 
+import dns.flags
 import dns.message
 import dns.name
 import dns.rcode
@@ -373,3 +374,37 @@ def test_mixed_case_is_relayed_and_a_reply_in_another_case_is_accepted() -> None
     assert sent == ["LoWeR.ExAmPlE.oRg.", "UpPeR.ExAmPlE.oRg.", "TcP.ExAmPlE.oRg."]
     assert [r.question[0].name.to_text() if r else None for r in replies] == sent
     assert all(rdata(r) == ["192.0.2.9"] for r in replies)
+
+
+# --- truncation and TCP (end to end: test_hostile_upstream.py C3 and C4) --------------------------
+
+def test_a_truncated_reply_is_asked_again_over_tcp_and_a_big_answer_is_truncated_for_udp_clients() -> None:
+    """An upstream's TC reply is asked again over TCP of the same upstream (and the client gets
+    the full answer, no TC); an answer bigger than a client's UDP size (512 without EDNS, its
+    EDNS size else) goes over UDP truncated with no records, whole over TCP, from the cache."""
+    records = [f"many.example.org. 60 IN TXT \"{'x' * 100} {i}\"" for i in range(20)]
+
+    def over_udp(q: dns.message.Message) -> dns.message.Message:
+        return reply(q, tc=True)  # no records: "ask me over TCP"
+
+    def over_tcp(q: dns.message.Message) -> dns.message.Message:
+        if q.question[0].name.to_text() == "many.example.org.":
+            return reply(q, *records)
+        return reply(q, f"{q.question[0].name} 60 IN A 192.0.2.7")
+
+    async def scenario() -> tuple[list[dns.message.Message | None], list[tuple[str, str]]]:
+        async with FakeUpstream(over_udp, tcp_handle=over_tcp) as up, \
+                serving(f". {{\n cache 30\n forward . {up.target}\n}}\n") as s:
+            replies = [await s.ask(query("tc.example.org")),
+                       await s.ask(query("many.example.org", "TXT", edns=-1)),
+                       await s.ask(query("many.example.org", "TXT"), tcp=True),
+                       await s.ask(query("many.example.org", "TXT", payload=1232))]
+            return replies, [(a.transport, a.name) for a in up.asked]
+
+    (small, no_edns, full, edns), asked = run(scenario)
+    assert rdata(small) == ["192.0.2.7"] and small is not None and not small.flags & dns.flags.TC
+    assert no_edns is not None and no_edns.flags & dns.flags.TC and not no_edns.answer
+    assert full is not None and len(full.answer[0]) == 20 and not full.flags & dns.flags.TC
+    assert edns is not None and edns.flags & dns.flags.TC  # about 2.2 kB: more than 1232
+    assert asked == [("udp", "tc.example.org."), ("tcp", "tc.example.org."),
+                     ("udp", "many.example.org."), ("tcp", "many.example.org.")]  # then cached
