@@ -84,11 +84,13 @@ def test_dns_port_flag_changes_the_default_port_only() -> None:
     ("example.org {\n cache {\n  servfail 10m\n }\n}\n", 3, "servfail: at most 5m"),
     ("example.org {\n bind eth0\n forward . 192.0.2.1\n}\n", 2, "is not an IP address"),
     ("a.example {\n bind 127.0.0.2\n}\nb.example {\n errors\n}\n", 4, "same bind"),
+    ("example.org {\n errors\n forward . openvpn\n}\n", 3, "needs an `openvpn` directive in the same block"),
 ])
 def test_errors_name_file_line_and_what_is_wrong(text: str, line: int, message: str) -> None:
     with pytest.raises(ConfigError) as caught:
         load(text)
     assert str(caught.value).startswith(f"Corefile:{line}: ")
+    assert caught.value.where is not None and caught.value.where.line == line  # for `check`'s findings
     assert message in caught.value.message
 
 

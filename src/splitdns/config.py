@@ -139,6 +139,7 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
     seen: dict[str, corefile.Statement] = {}
     values: dict[str, object] = {}
     forwards: list[forward.ForwardSpec] = []
+    forward_statements: list[corefile.Statement] = []
     for st in sb.directives:
         name = st.name
         if name not in directives.SUPPORTED:
@@ -149,6 +150,7 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
         seen[name] = st
         if name == "forward":
             forwards.append(forward.parse(st, read_files))
+            forward_statements.append(st)
         elif name in directives.REPEATED:
             values[name] = (*values.get(name, ()), directives.REPEATED_PARSERS[name](st))  # type: ignore[misc]
         else:
@@ -160,10 +162,10 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
         forwards.append(forward.ForwardSpec(origin=".", upstreams=(), tunnel=True, max_fails=1,
                                             failfast_all_unhealthy=True, policy="sequential",
                                             line=str(seen["openvpn"].where)))
-    for spec in forwards:
+    for spec, st in zip(forwards, forward_statements, strict=False):
         if spec.tunnel and "openvpn" not in values:
-            raise ConfigError(None, f"{spec.line}: forward {spec.origin} openvpn needs an `openvpn` "
-                                    "directive in the same block, to say where the tunnel state is")
+            raise ConfigError(st.where, f"forward {spec.origin} openvpn needs an `openvpn` "
+                                        "directive in the same block, to say where the tunnel state is")
     return Block(zones=tuple(dict.fromkeys(zones)), port=ports.pop(), where=sb.where,
                  forwards=tuple(forwards), **values)  # type: ignore[arg-type]
 
