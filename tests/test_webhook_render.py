@@ -1,9 +1,9 @@
 """`splitdns render --form webhook`: a golden file, strictly valid for Kubernetes 1.29-1.37, and the
 rendered Deployment's own arguments start a webhook that injects with the settings it announces.
 
-cert-manager's Issuer and Certificate are NOT validated against a schema: kubernetes-validate bundles
-only the core API's schemas, and no package on this machine ships cert-manager's CRD schemas. The test
-checks what it can of them (kinds, references between them, the CA injection annotation).
+cert-manager's Issuer and Certificate are validated, just as strictly, against the openAPIV3Schema of
+cert-manager's own CRDs, vendored in tests/data/cert-manager (kubernetes-validate bundles only the core
+API's schemas; see tests/support/crds.py).
 Set SPLITDNS_UPDATE_GOLDEN=1 to rewrite the golden file after an intended change.
 """
 
@@ -21,7 +21,7 @@ import yaml
 
 from splitdns import cli
 from splitdns.kube import inject
-from tests.support import webhook
+from tests.support import crds, webhook
 
 GOLDEN = Path(__file__).parent / "data" / "webhook" / "splitdns-webhook.yaml"
 VERSIONS = [f"1.{minor}" for minor in range(29, 38)]
@@ -54,7 +54,7 @@ def test_strictly_valid(version: str) -> None:
     checked = []
     for doc in docs():
         if doc["apiVersion"] == CERT_MANAGER:
-            continue  # no offline schema (see the module docstring)
+            continue  # cert-manager's CRDs: test_cert_manager_resources_match_cert_managers_schema
         assert kubernetes_validate.validate(doc, version, strict=True) == version
         checked.append(doc["kind"])
     assert sorted(checked) == ["Deployment", "MutatingWebhookConfiguration", "Namespace",
@@ -75,6 +75,48 @@ def test_webhook_configuration_opt_in_exclusions_and_failure() -> None:
     assert set(not_in["values"]) == {"kube-system", "kube-public", "kube-node-lease", "splitdns-system"}
     assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
         "splitdns-system/splitdns-webhook"
+
+
+def test_cert_manager_resources_match_cert_managers_schema() -> None:
+    ours = [d for d in docs() if d["apiVersion"] == CERT_MANAGER]
+    assert sorted(d["kind"] for d in ours) == ["Certificate", "Certificate", "Issuer", "Issuer"]
+    assert {(d["apiVersion"], d["kind"]) for d in ours} <= crds.known()
+    for doc in ours:
+        assert crds.errors(doc) == [], doc["metadata"]["name"]
+
+
+def _changed(kind: str, name: str, path: str, value: Any, rename: str = "") -> dict[str, Any]:
+    """The rendered resource with the field at `path` (dotted) set to `value`, or renamed to `rename`."""
+    (doc,) = [d for d in by_kind(kind) if d["metadata"]["name"] == name]
+    *parents, key = path.split(".")
+    node = doc
+    for part in parents:
+        node = node[part]
+    if rename:
+        node[rename] = node.pop(key)
+    else:
+        node[key] = value
+    return doc
+
+
+@pytest.mark.parametrize(("kind", "name", "path", "value", "rename", "expected"), [
+    # a misspelt field: refused by name (and a required field it stood for goes missing)
+    ("Certificate", "splitdns-webhook", "spec.dnsNames", None, "dnsName", "'dnsName' was unexpected"),
+    ("Certificate", "splitdns-webhook", "spec.privateKey.rotationPolicy", None, "rotationpolicy",
+     "'rotationpolicy' was unexpected"),
+    ("Issuer", "splitdns-webhook-selfsigned", "spec.selfSigned", None, "selfsigned",
+     "'selfsigned' was unexpected"),
+    ("Issuer", "splitdns-webhook-ca", "spec.ca.secretName", None, "secretname",
+     "'secretName' is a required property"),
+    ("Certificate", "splitdns-webhook", "metadata.namespace", None, "namspace", "'namspace' was unexpected"),
+    # a value cert-manager does not take
+    ("Certificate", "splitdns-webhook", "spec.privateKey.algorithm", "EC", "", "'EC' is not one of"),
+    ("Certificate", "splitdns-webhook-ca", "spec.isCA", "true", "", "'true' is not of type 'boolean'"),
+], ids=["spec-field", "nested-field", "issuer-field", "issuer-required", "metadata", "enum", "type"])
+def test_cert_manager_schema_refuses_a_misspelt_resource(kind: str, name: str, path: str, value: Any,
+                                                         rename: str, expected: str) -> None:
+    found = crds.errors(_changed(kind, name, path, value, rename))
+    assert any(expected in line for line in found), found
 
 
 def test_cert_manager_chain_references() -> None:
