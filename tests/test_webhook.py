@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import jsonpatch  # type: ignore[import-untyped,unused-ignore]
+import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
@@ -26,6 +27,7 @@ from tests.support import webhook
 from tests.support.processes import poll_until
 
 DATA = Path(__file__).parent / "data" / "inject"
+RENDERED = Path(__file__).parent / "data" / "kube" / "golden" / "deployment" / "splitdns.yaml"
 CASES = sorted(p.name.removesuffix(".yaml") for p in DATA.glob("*.yaml") if ".injected." not in p.name)
 
 
@@ -81,6 +83,30 @@ def test_patch_applied_equals_inject_output(hook: webhook.Webhook, case: str) ->
             assert "patch" not in response
         if case in ("hostnetwork", "port53"):
             assert any(w.startswith("splitdns: not injected:") for w in response["warnings"])
+
+
+def test_a_rendered_pod_labelled_for_injection_is_turned_into_the_webhooks_env_var_mode(
+        hook: webhook.Webhook) -> None:
+    """`splitdns render`'s Deployment (Corefile from a mounted ConfigMap, container `dns`) labelled for
+    injection: the webhook rebuilds the resolver its own way (container `splitdns`, Corefile in an env
+    var), drops the ConfigMap's volume, leaves the rest alone (docs/kubernetes.md says so)."""
+    (namespace, template), = templates(RENDERED)
+    before = opted_in(template)
+    assert [c["name"] for c in before["spec"]["initContainers"]] == ["dns", "vpn"]
+    response = hook.review(webhook.pod_request(before, namespace))
+    pod = apply(response, {"apiVersion": "v1", "kind": "Pod", **before})
+    spec = pod["spec"]
+    assert [c["name"] for c in spec["initContainers"]] == ["splitdns", "vpn"]
+    (env,) = spec["initContainers"][0]["env"]
+    assert env["name"] == inject.COREFILE_ENV and "svc.acme.internal" in env["value"]
+    assert "volumeMounts" not in spec["initContainers"][0]
+    assert [v["name"] for v in spec["volumes"]] == ["openvpn-client", "dev-tun"]
+    assert spec["initContainers"][1:] == before["spec"]["initContainers"][1:]
+    assert spec["containers"] == before["spec"]["containers"]
+    assert json.loads(pod["metadata"]["annotations"][inject.STATUS])["settings"] != json.loads(
+        before["metadata"]["annotations"][inject.STATUS])["settings"]
+    for version in ("1.29", "1.37"):
+        kubernetes_validate.validate(pod, version, strict=True)
 
 
 def test_excluded_everywhere_and_only_pod_create(hook: webhook.Webhook) -> None:
