@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import os
 import shutil
@@ -34,11 +35,15 @@ from typing import Any
 
 import yaml
 
+from bench.measure import machine_cpu
+from bench.run import wait_quiet
+
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURE = ROOT / "tests" / "data" / "inject" / "deployment-init.yaml"
 HOST = "127.0.0.1"
 SETTINGS = ["--zone", "svc.acme.internal=openvpn", "--cluster-dns", "10.96.0.10"]
 CONNECTIONS = 8
+WARM_ROUNDS = 5  # reviews per connection before the clock starts
 
 STDLIB_SERVER = """
 import http.server, ssl, sys
@@ -117,11 +122,47 @@ def rss_kib(pid: int) -> tuple[int, int]:
     return int(fields["VmRSS"].split()[0]), int(fields["VmHWM"].split()[0])
 
 
+class GeneratorWatch:
+    """The load generator's own health: its collector's pauses, so a slow review the generator caused
+    is not blamed on the server."""
+
+    def __init__(self) -> None:
+        self.pauses: list[float] = []
+        self._started = 0.0
+
+    def __call__(self, phase: str, _info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.pauses.append(time.perf_counter() - self._started)
+
+    def __enter__(self) -> GeneratorWatch:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * fraction))] if ordered else float("nan")
+
+
 async def run_rate(port: int, context: ssl.SSLContext, body: bytes, rate: float,
                    seconds: float) -> dict[str, Any]:
+    """Send `rate` reviews a second for `seconds`, open loop, and time each from when it was due.
+
+    The generator must not be what is measured. Each review becomes a task only when it is due: a
+    task per review made up front (10,000 at 500/s for 20 s) took longer to start than the run's head
+    start and kept the collector walking all of them, and those pauses were counted as the server's
+    latency. Every connection is opened (TLS handshake included) before the clock starts, and what
+    the warm-up built is frozen out of the collector's sight. How late the generator itself sent each
+    review, its CPU per review and its longest collector pause are reported beside the latency."""
     import aiohttp
 
     latencies: list[float] = []
+    late: list[float] = []
     errors = 0
     connector = aiohttp.TCPConnector(limit=CONNECTIONS, ssl=context)
     async with aiohttp.ClientSession(connector=connector) as session:
@@ -129,7 +170,7 @@ async def run_rate(port: int, context: ssl.SSLContext, body: bytes, rate: float,
 
         async def one(due: float) -> None:
             nonlocal errors
-            await asyncio.sleep(max(0.0, due - time.perf_counter()))
+            late.append(time.perf_counter() - due)
             try:
                 async with session.post(url, data=body, headers={"Content-Type": "application/json"}) as r:
                     await r.read()
@@ -139,32 +180,76 @@ async def run_rate(port: int, context: ssl.SSLContext, body: bytes, rate: float,
                 errors += 1
             latencies.append(time.perf_counter() - due)
 
-        for _ in range(20):  # warm the connections and the code paths
-            await one(time.perf_counter())
+        for _ in range(WARM_ROUNDS):  # every connection open and every code path warm
+            await asyncio.gather(*(one(time.perf_counter()) for _ in range(CONNECTIONS)))
         latencies.clear()
+        late.clear()
+        gc.collect()
+        gc.freeze()
         count = int(rate * seconds)
-        t0 = time.perf_counter() + 0.1
-        await asyncio.gather(*(one(t0 + i / rate) for i in range(count)))
-        elapsed = time.perf_counter() - t0
-    latencies.sort()
+        in_flight: set[asyncio.Task[None]] = set()
+        most_in_flight = 0
+        cpu_before = time.process_time()
+        with GeneratorWatch() as watch:
+            t0 = time.perf_counter() + 0.05
+            for i in range(count):
+                due = t0 + i / rate
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                task = asyncio.create_task(one(due))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+                most_in_flight = max(most_in_flight, len(in_flight))
+            await asyncio.gather(*in_flight)
+            elapsed = time.perf_counter() - t0
+        generator_cpu = time.process_time() - cpu_before
+        gc.unfreeze()
     return {"rate": rate, "sent": count, "achieved": count / elapsed, "errors": errors,
             "p50_ms": statistics.median(latencies) * 1000,
-            "p99_ms": latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000,
-            "max_ms": latencies[-1] * 1000}
+            "p99_ms": percentile(latencies, 0.99) * 1000,
+            "max_ms": max(latencies) * 1000,
+            "late_p99_ms": percentile(late, 0.99) * 1000, "late_max_ms": max(late) * 1000,
+            "generator_cpu_ms": generator_cpu * 1000 / count, "most_in_flight": most_in_flight,
+            "generator_gc_max_ms": max(watch.pauses, default=0.0) * 1000}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m bench.webhook", description=__doc__.split("\n\n")[0])
-    p.add_argument("--rates", default="50,500", help="Reviews per second, comma-separated (50,500).")
-    p.add_argument("--seconds", type=float, default=20.0, help="Seconds per rate (20).")
-    p.add_argument("--server", choices=("aiohttp", "stdlib"), default="aiohttp")
-    args = p.parse_args(argv)
+def own_cpu() -> float:
+    """CPU seconds of this process (the generator) so far."""
+    times = os.times()
+    return times.user + times.system
+
+
+def run_loop(coroutine: Any) -> Any:
+    """The generator runs on uvloop when it is installed, as the webhook does: the stock loop costs
+    the generator more CPU per review on the core it has to itself."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coroutine)
+    return uvloop.run(coroutine)
+
+
+def wait_listening(process: subprocess.Popen[bytes], port: int, log: Path) -> bool:
+    import socket
+
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            return True
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                print(log.read_text(), file=sys.stderr)
+                return False
+            time.sleep(0.1)
+
+
+def one_run(server: str, rates: list[float], seconds: float, body: bytes) -> list[dict[str, Any]] | None:
+    """A fresh webhook, each rate in turn; one row per rate."""
     import trustme
 
-    rates = [float(r) for r in args.rates.split(",")]
-    if pin(1):  # the load generator on the other core
-        os.sched_setaffinity(0, {1})
-    body = review_body()
+    warm = WARM_ROUNDS * CONNECTIONS
     with tempfile.TemporaryDirectory(prefix="splitdns-bench-webhook-") as tmp:
         work = Path(tmp)
         ca = trustme.CA()
@@ -175,35 +260,38 @@ def main(argv: Sequence[str] | None = None) -> int:
         context = ssl.create_default_context()
         ca.configure_trust(context)
         port = free_port()
-        process = start(args.server, cert, key, port, work / "server.log")
+        log = work / "server.log"
+        process = start(server, cert, key, port, log)
         try:
-            deadline = time.monotonic() + 20
-            while True:
-                try:
-                    import socket
-
-                    socket.create_connection((HOST, port), timeout=1).close()
-                    break
-                except OSError:
-                    if process.poll() is not None or time.monotonic() > deadline:
-                        print((work / "server.log").read_text(), file=sys.stderr)
-                        return 1
-                    time.sleep(0.1)
+            if not wait_listening(process, port, log):
+                return None
             idle_rss = rss_kib(process.pid)
             rows = []
             seen = 0
             for rate in rates:
+                row_busy = wait_quiet()
+                load_before = os.getloadavg()[0]
                 cpu_before = cpu_seconds(process.pid)
-                row = asyncio.run(run_rate(port, context, body, rate, args.seconds))
+                machine_before, own_before, wall_before = machine_cpu(), own_cpu(), time.monotonic()
+                row = run_loop(run_rate(port, context, body, rate, seconds))
+                server_cpu = cpu_seconds(process.pid) - cpu_before
                 # CPU the webhook spent per review (warm-up included): unlike latency, it does not
                 # depend on how busy the machine is; 1000 / it is what one free core could serve.
-                row["cpu_ms"] = (cpu_seconds(process.pid) - cpu_before) * 1000 / (row["sent"] + 20)
+                row["cpu_ms"] = server_cpu * 1000 / (row["sent"] + warm)
+                # What the rest of the machine took meanwhile: near 0 on a quiet machine; tens of
+                # percent of a CPU mean other work competed with the webhook's core or the generator's.
+                others = (machine_cpu() - machine_before).busy - server_cpu - (own_cpu() - own_before)
+                row["others_pct"] = max(0.0, 100 * others / (time.monotonic() - wall_before))
+                row["busy_before_pct"] = row_busy
                 row["rss_kib"], row["peak_rss_kib"] = rss_kib(process.pid)
-                served = server_times(work / "server.log")
-                mine, seen = served[seen + 20:], len(served)  # the 20 warm-up reviews left out
+                row["idle_rss_kib"] = idle_rss[0]
+                row["load"] = (load_before, os.getloadavg()[0])
+                served = server_times(log)
+                mine, seen = served[seen + warm:], len(served)  # the warm-up reviews left out
                 row["server_p50_ms"] = statistics.median(mine) if mine else float("nan")
-                row["server_p99_ms"] = sorted(mine)[int(len(mine) * 0.99)] if mine else float("nan")
+                row["server_p99_ms"] = percentile(mine, 0.99)
                 rows.append(row)
+            return rows
         finally:
             process.terminate()
             try:
@@ -211,19 +299,41 @@ def main(argv: Sequence[str] | None = None) -> int:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait(5)
-    pinned = "pinned to core 0" if pin(0) else "not pinned (one core)"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.webhook", description=__doc__.split("\n\n")[0])
+    p.add_argument("--rates", default="50,500", help="Reviews per second, comma-separated (50,500).")
+    p.add_argument("--seconds", type=float, default=20.0, help="Seconds per rate (20).")
+    p.add_argument("--runs", type=int, default=1, help="Runs, each with a fresh webhook (1).")
+    p.add_argument("--server", choices=("aiohttp", "stdlib"), default="aiohttp")
+    args = p.parse_args(argv)
+
+    rates = [float(r) for r in args.rates.split(",")]
+    if pin(1):  # the load generator on the other core
+        os.sched_setaffinity(0, {1})
+    body = review_body()
+    pinned = "webhook pinned to core 0, generator to core 1" if pin(0) else "not pinned (one core)"
     print(f"splitdns webhook ({args.server}), {pinned}; review body {len(body)} bytes; "
-          f"{args.seconds:g} s per rate; {CONNECTIONS} keep-alive connections; "
-          f"idle RSS {idle_rss[0] / 1024:.1f} MiB")
-    print("| rate/s | achieved/s | errors | p50 ms | p99 ms | max ms | in-server p50 ms | in-server p99 ms "
-          "| CPU ms/review | RSS MiB | peak RSS MiB |")
-    print("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for r in rows:
-        print(f"| {r['rate']:g} | {r['achieved']:.1f} | {r['errors']} | {r['p50_ms']:.2f} "
-              f"| {r['p99_ms']:.2f} "
-              f"| {r['max_ms']:.2f} | {r['server_p50_ms']:.2f} | {r['server_p99_ms']:.2f} "
-              f"| {r['cpu_ms']:.2f} "
-              f"| {r['rss_kib'] / 1024:.1f} | {r['peak_rss_kib'] / 1024:.1f} |")
+          f"{args.seconds:g} s per rate; {CONNECTIONS} keep-alive connections", flush=True)
+    print("| run | rate/s | achieved/s | errors | p50 ms | p99 ms | max ms | in-server p50 ms "
+          "| in-server p99 ms | CPU ms/review | RSS MiB (idle) | most in flight | generator late p99/max ms "
+          "| generator CPU ms/review | generator GC max ms | machine busy % before | others' CPU % "
+          "| load avg before/after |")
+    print("|" + "---:|" * 18, flush=True)
+    for run in range(1, args.runs + 1):
+        rows = one_run(args.server, rates, args.seconds, body)
+        if rows is None:
+            return 1
+        for r in rows:
+            print(f"| {run} | {r['rate']:g} | {r['achieved']:.1f} | {r['errors']} | {r['p50_ms']:.2f} "
+                  f"| {r['p99_ms']:.2f} | {r['max_ms']:.2f} | {r['server_p50_ms']:.2f} "
+                  f"| {r['server_p99_ms']:.2f} | {r['cpu_ms']:.2f} "
+                  f"| {r['rss_kib'] / 1024:.1f} ({r['idle_rss_kib'] / 1024:.1f}) "
+                  f"| {r['most_in_flight']} | {r['late_p99_ms']:.2f}/{r['late_max_ms']:.2f} "
+                  f"| {r['generator_cpu_ms']:.2f} "
+                  f"| {r['generator_gc_max_ms']:.2f} | {r['busy_before_pct']:.0f} | {r['others_pct']:.0f} "
+                  f"| {r['load'][0]:.2f}/{r['load'][1]:.2f} |", flush=True)
     return 0
 
 
