@@ -222,7 +222,7 @@ async def run_rate(port: int, context: ssl.SSLContext, body: bytes, rate: float,
             "max_ms": max(latencies) * 1000,
             "late_p99_ms": percentile(late, 0.99) * 1000, "late_max_ms": max(late) * 1000,
             "generator_cpu_ms": generator_cpu * 1000 / count, "most_in_flight": most_in_flight,
-            "generator_gc_max_ms": max(watch.pauses, default=0.0) * 1000}
+            "generator_gcs": len(watch.pauses), "generator_gc_max_ms": max(watch.pauses, default=0.0) * 1000}
 
 
 def own_cpu() -> float:
@@ -342,7 +342,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           f"{args.seconds:g} s per rate; {CONNECTIONS} keep-alive connections", flush=True)
     print("| run | rate/s | achieved/s | errors | p50 ms | p99 ms | max ms | in-server p50 ms "
           "| in-server p99/max ms | CPU ms/review | RSS MiB (idle) | most in flight "
-          "| generator late p99/max ms | generator CPU ms/review | generator GC max ms "
+          "| generator late p99/max ms | generator CPU ms/review | generator GCs, longest ms "
           "| machine busy % before | others' CPU % | load avg before/after |")
     print("|" + "---:|" * 18, flush=True)
     for run in range(1, args.runs + 1):
@@ -356,7 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                   f"| {r['rss_kib'] / 1024:.1f} ({r['idle_rss_kib'] / 1024:.1f}) "
                   f"| {r['most_in_flight']} | {r['late_p99_ms']:.2f}/{r['late_max_ms']:.2f} "
                   f"| {r['generator_cpu_ms']:.2f} "
-                  f"| {r['generator_gc_max_ms']:.2f} | {r['busy_before_pct']:.0f} | {r['others_pct']:.0f} "
+                  f"| {r['generator_gcs']}, {r['generator_gc_max_ms']:.2f} "
+                  f"| {r['busy_before_pct']:.0f} | {r['others_pct']:.0f} "
                   f"| {r['load'][0]:.2f}/{r['load'][1]:.2f} |", flush=True)
     return 0
 
