@@ -27,7 +27,8 @@ from hypothesis import strategies as st
 from splitdns import config
 from splitdns.codec import wire
 from splitdns.core import metrics, resolve
-from splitdns.shell import datagrams, server
+from splitdns.shell import datagrams, server, udp
+from splitdns.shell import listener as listener_module
 from tests.helpers import reply
 from tests.support.hostile import ask_udp
 from tests.support.inprocess import FakeUpstream, Handle, run
@@ -366,14 +367,14 @@ def test_a_failing_recvmmsg_turns_the_listener_to_one_by_one(monkeypatch: pytest
 
 def test_an_internal_error_on_one_datagram_loses_only_that_one(monkeypatch: pytest.MonkeyPatch) -> None:
     port = free_port("127.0.0.1")
-    real = server.Server._answer_hit
+    real = udp.UdpPath._answer_hit
 
-    def answer_hit(self: server.Server, q: wire.Query, *args: Any) -> bool:
+    def answer_hit(self: udp.UdpPath, q: wire.Query, *args: Any) -> bool:
         if b"boom" in q.name:
             raise RuntimeError("a bug of ours")
         return real(self, q, *args)
 
-    monkeypatch.setattr(server.Server, "_answer_hit", answer_hit)
+    monkeypatch.setattr(udp.UdpPath, "_answer_hit", answer_hit)
     boom = dns.message.make_query("boom.example.", "A").to_wire()
 
     async def scenario(srv: server.Server) -> tuple[list[bytes | None], int]:
@@ -383,7 +384,7 @@ def test_an_internal_error_on_one_datagram_loses_only_that_one(monkeypatch: pyte
             for c, data in zip(clients, [notimp_query(1), boom, notimp_query(3)], strict=True):
                 c.sendto(data, ("127.0.0.1", port))
             listener.last_count = datagrams.BATCH  # as after a full read: the next is a batch
-            srv._udp_readable(listener)  # the three in one batch, before the loop wakes
+            srv.udp.readable(listener)  # the three in one batch, before the loop wakes
             return replies_to(clients), srv.internal_errors
         finally:
             for c in clients:
@@ -417,7 +418,7 @@ def test_hits_are_counted_by_kind_in_a_batch_of_one_and_of_many() -> None:
                 query.id = 10 + qid
                 c.sendto(query.to_wire(), ("127.0.0.1", port))
             srv.listeners[0].last_count = datagrams.BATCH  # as after a full read
-            srv._udp_readable(srv.listeners[0])  # the five in one batch
+            srv.udp.readable(srv.listeners[0])  # the five in one batch
             ids = []
             for c in clients:
                 c.settimeout(2)
@@ -443,7 +444,7 @@ def test_reads_far_apart_take_one_datagram_and_close_ones_a_batch() -> None:
     with sockets(socket.AF_INET, 0) as (sock, _):
         listener = server.Listener("127.0.0.1", 0, resolve.Router([]))
         listener.batch, listener.single = datagrams.open_batch(sock), datagrams.OneByOne(sock, 1)
-        gap = server.QUIET_GAP
+        gap = listener_module.QUIET_GAP
         reads = [(10.0, 1), (10.0 + 10 * gap, 1), (10.0 + 10.2 * gap, 4), (20.0, 1), (30.0, 0),
                  (30.0 + gap / 2, 1)]
         alone = []
@@ -479,9 +480,9 @@ def test_the_server_reads_a_lone_query_alone_and_the_queue_behind_it_as_a_batch(
             for qid, c in enumerate(clients, 1):
                 c.sendto(notimp_query(qid), ("127.0.0.1", port))
             now[0] += 1.0
-            srv._udp_readable(listener)
-            now[0] += server.QUIET_GAP / 10
-            srv._udp_readable(listener)
+            srv.udp.readable(listener)
+            now[0] += listener_module.QUIET_GAP / 10
+            srv.udp.readable(listener)
             return replies_to(clients)
         finally:
             for c in clients:

@@ -11,6 +11,7 @@ from splitdns import config
 from splitdns.codec import entries, wire
 from splitdns.core import resolve
 from splitdns.core.memo import Memo
+from splitdns.shell.listener import Listener
 from tests.helpers import indexed, memo_lookup, query, reply
 from tests.helpers import wire as to_wire
 
@@ -32,9 +33,9 @@ def fill(zone: resolve.Zone, client: dns.message.Message, now: float, ttl: int =
     zone.cache.put(q.key, q.name, indexed(reply(client, f"{NAME} {ttl} IN A {address}")), now)
 
 
-def served(router: resolve.Router, data: bytes, now: float) -> bytes | None:
+def served(router: resolve.Router, memo: Memo[resolve.Zone], data: bytes, now: float) -> bytes | None:
     """What the shell's hot path sends: the memo's reply, else a rendered hit (remembered)."""
-    repeat = memo_lookup(router.memo, data, now)
+    repeat = memo_lookup(memo, data, now)
     if repeat is not None:
         return repeat[0]
     q = wire.parse_query(data)
@@ -45,7 +46,7 @@ def served(router: resolve.Router, data: bytes, now: float) -> bytes | None:
         return None
     ttl = entries.remaining(entry, now)
     out = entries.render(entry, ttl, q)
-    router.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now)
+    memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now)
     return out
 
 
@@ -59,10 +60,11 @@ def rendered(zone: resolve.Zone, data: bytes, now: float) -> bytes | None:
 
 def test_a_repeat_gets_the_same_reply_with_its_own_id() -> None:
     router, zone = setup()
+    memo: Memo[resolve.Zone] = Memo()
     fill(zone, query(NAME), now=100.0)
-    first = served(router, to_wire(query(NAME, qid=1)), 100.0)
-    assert len(router.memo) == 1
-    again = memo_lookup(router.memo, to_wire(query(NAME, qid=0xBEEF)), 100.5)
+    first = served(router, memo, to_wire(query(NAME, qid=1)), 100.0)
+    assert len(memo) == 1
+    again = memo_lookup(memo, to_wire(query(NAME, qid=0xBEEF)), 100.5)
     assert first is not None and again is not None
     assert again[0] == rendered(zone, to_wire(query(NAME, qid=0xBEEF)), 100.5)
     assert again[0][:2] == b"\xbe\xef" and again[0][2:] == first[2:]
@@ -70,33 +72,37 @@ def test_a_repeat_gets_the_same_reply_with_its_own_id() -> None:
 
 def test_a_new_second_patches_the_ttl_and_a_replaced_entry_or_expiry_end_the_memo() -> None:
     router, zone = setup()
+    memo: Memo[resolve.Zone] = Memo()
     data = to_wire(query(NAME))
     fill(zone, query(NAME), now=100.0)
-    served(router, data, 100.0)
-    older = memo_lookup(router.memo, data, 101.0)  # a second later: the same reply, TTL patched
+    served(router, memo, data, 100.0)
+    older = memo_lookup(memo, data, 101.0)  # a second later: the same reply, TTL patched
     assert older is not None and older[0] == rendered(zone, data, 101.0)
     assert dns.message.from_wire(older[0]).answer[0].ttl == 29
     fill(zone, query(NAME), now=101.2, address="10.8.0.6")  # a refresh replaced the entry
-    assert memo_lookup(router.memo, data, 101.3) is None
-    out = served(router, data, 101.3)
+    assert memo_lookup(memo, data, 101.3) is None
+    out = served(router, memo, data, 101.3)
     assert out is not None and b"\x0a\x08\x00\x06" in out
-    assert memo_lookup(router.memo, data, 131.3) is None and served(router, data, 131.3) is None  # expired
+    assert memo_lookup(memo, data, 131.3) is None and served(router, memo, data, 131.3) is None  # expired
 
 
 def test_other_bytes_are_other_questions() -> None:
     router, zone = setup()
+    memo: Memo[resolve.Zone] = Memo()
     fill(zone, query(NAME), now=100.0)
-    served(router, to_wire(query(NAME)), 100.0)
+    served(router, memo, to_wire(query(NAME)), 100.0)
     for other in (query(NAME.upper()), query(NAME, do=True), query(NAME, edns=-1), query(NAME, "AAAA")):
-        assert memo_lookup(router.memo, to_wire(other), 100.0) is None
+        assert memo_lookup(memo, to_wire(other), 100.0) is None
 
 
 def test_learning_zones_forgets_and_the_memo_is_bounded() -> None:
     router, zone = setup()
+    memo: Memo[resolve.Zone] = Memo()
     fill(zone, query(NAME), now=100.0)
-    served(router, to_wire(query(NAME)), 100.0)
-    router.learn(zone, ["pushed.example."])
-    assert len(router.memo) == 0
+    served(router, memo, to_wire(query(NAME)), 100.0)
+    listener = Listener("127.0.0.1", 0, router, memo=memo)  # the memo is the listener's
+    listener.learn(zone, ["pushed.example."])
+    assert len(memo) == 0
     small = Memo(limit=2)
     entry = entries.make(b"\x00" * 12, (), entries.SUCCESS, 30, 100.0)
     for i in range(5):
@@ -116,17 +122,19 @@ def test_learning_zones_forgets_and_the_memo_is_bounded() -> None:
 @settings(max_examples=200, deadline=None)
 def test_the_memo_never_answers_other_than_the_cache(steps: list[tuple[float, int, str, bool, bool]]) -> None:
     router, zone = setup()
+    memo: Memo[resolve.Zone] = Memo()
     now = 1000.0
     for delay, qid, name, refill, do in steps:
         now += delay
         if refill:
             fill(zone, query(NAME), now, ttl=1 + qid % 40, address=f"10.8.{qid % 200}.1")
         data = to_wire(query(name, qid=qid, do=do))
-        assert served(router, data, now) == rendered(zone, data, now)
+        assert served(router, memo, data, now) == rendered(zone, data, now)
 
 
 def test_a_truncated_reply_is_not_patched_but_rendered_anew() -> None:
-    router, zone = setup()
+    _, zone = setup()
+    memo: Memo[resolve.Zone] = Memo()
     data = to_wire(query(NAME, edns=-1))
     fill(zone, query(NAME, edns=-1), now=100.0)
     q = wire.parse_query(data)
@@ -134,22 +142,23 @@ def test_a_truncated_reply_is_not_patched_but_rendered_anew() -> None:
     entry = zone.cache.get(q.key, 100.0)
     assert entry is not None
     cut = wire.truncated(q, 0x8180)  # as the shell sends when the answer is over 512 bytes
-    router.memo.remember(data, zone, q.key, entry, entries.remaining(entry, 100.0), q.qtype, cut, 100.0)
-    same_second = memo_lookup(router.memo, data, 100.5)
+    memo.remember(data, zone, q.key, entry, entries.remaining(entry, 100.0), q.qtype, cut, 100.0)
+    same_second = memo_lookup(memo, data, 100.5)
     assert same_second is not None and same_second[0] == cut
-    assert memo_lookup(router.memo, data, 101.0) is None and len(router.memo) == 0
+    assert memo_lookup(memo, data, 101.0) is None and len(memo) == 0
 
 
 def test_a_repeat_with_a_cookie_gets_its_own_cookie_answered() -> None:
     """Queries that differ only in their client cookie are different bytes: each repeat gets
     the reply the cache would render for it, with its own cookie and our server cookie."""
     router, zone = setup()
+    memo: Memo[resolve.Zone] = Memo()
     fill(zone, query(NAME), now=100.0)
     for client_cookie in (bytes(range(8)), bytes(range(8, 16))):
         msg = query(NAME)
         msg.use_edns(0, 0, 1232, options=[dns.edns.CookieOption(client_cookie, b"")])
         data = to_wire(msg)
-        first, again = served(router, data, 100.2), served(router, data, 100.4)
+        first, again = served(router, memo, data, 100.2), served(router, memo, data, 100.4)
         assert first is not None and first == again == rendered(zone, data, 100.4)
         (option,) = dns.message.from_wire(again).options
         assert isinstance(option, dns.edns.CookieOption) and option.client == client_cookie

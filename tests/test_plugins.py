@@ -16,6 +16,7 @@ import pytest
 from splitdns import config, directives
 from splitdns.codec import entries, wire
 from splitdns.core import local, resolve
+from splitdns.core.memo import Memo
 from splitdns.directives import loadbalance
 from splitdns.errors import ConfigError
 from tests.helpers import memo_lookup, query, reply
@@ -432,7 +433,7 @@ def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() ->
     from splitdns.codec.reply import read_canonical
 
     zone = zone_of(". {\n cache 3600\n loadbalance\n forward . 127.0.0.1:5399\n}\n")
-    router = resolve.Router([zone])
+    memo: Memo[resolve.Zone] = Memo()
     data = to_wire(query("lb.example.org"))
     q = wire.parse_query(data)
     upstream = read_canonical(to_wire(reply(query("lb.example.org"),
@@ -441,10 +442,10 @@ def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() ->
     entry = zone.cache.put(q.key, q.name, upstream, 100.0)
     assert entry is not None
     turns = loadbalance.rotations(entries.render(entry, 60, q))
-    router.memo.remember(data, zone, q.key, entry, 60, q.qtype, turns[0], 100.0, None, turns)
+    memo.remember(data, zone, q.key, entry, 60, q.qtype, turns[0], 100.0, None, turns)
 
     def first(now: float) -> tuple[str, int]:
-        found = memo_lookup(router.memo, data, now)
+        found = memo_lookup(memo, data, now)
         assert found is not None
         rrset = dns.message.from_wire(found[0]).answer[0]
         return str(next(iter(rrset))), rrset.ttl
@@ -452,22 +453,22 @@ def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() ->
     assert [first(100.2) for _ in range(4)] == [("10.0.0.2", 60), ("10.0.0.3", 60), ("10.0.0.1", 60),
                                                 ("10.0.0.2", 60)]
     assert first(101.5) == ("10.0.0.3", 59)  # a second later: the next turn, TTL patched
-    assert memo_lookup(router.memo, data, 161.0) is None  # expired: the cache decides again
+    assert memo_lookup(memo, data, 161.0) is None  # expired: the cache decides again
 
 
 def test_the_memo_answers_the_blocks_own_answers_until_they_are_replaced() -> None:
     zone = hosts_zone("fallthrough")
-    router = resolve.Router([zone])
+    memo: Memo[resolve.Zone] = Memo()
     data = to_wire(query("example.com"))
     q = wire.parse_query(data)
     assert q is not None and zone.local is not None
     made = zone.local.decide(q)
     assert isinstance(made, bytes)
-    router.memo.remember(data, zone, q.key, made, None, q.qtype, entries.render(made, None, q), 0.0,
+    memo.remember(data, zone, q.key, made, None, q.qtype, entries.render(made, None, q), 0.0,
                          zone.local.answers)
-    assert memo_lookup(router.memo, data, 10_000.0) is not None  # no TTL to count down: held is enough
+    assert memo_lookup(memo, data, 10_000.0) is not None  # no TTL to count down: held is enough
     zone.local.load_hosts("192.168.1.99 example.com\n", (3, 1))
-    assert memo_lookup(router.memo, data, 10_000.0) is None
+    assert memo_lookup(memo, data, 10_000.0) is None
 
 
 def test_the_blocks_own_answers_are_authoritative_and_capped_by_its_cache() -> None:

@@ -254,7 +254,7 @@ def test_any_upstream_bytes_never_raise_through_the_reply_path(data: st.DataObje
     event(f"the exchange: {type(outcome).__name__}")
     assume(isinstance(outcome, resolve.Done))
     assert isinstance(outcome, resolve.Done)
-    done = resolve.scrub(outcome, zone, router)
+    done = resolve.scrub(outcome, zone, router.route)
     entry = zone.store(q, done, 1000.0)
     out = zone.render(q, done, entry, 1000.0)
     reply = dns.message.from_wire(out)

@@ -167,5 +167,5 @@ def test_a_reply_dnspython_cannot_rewrite_is_refused_not_passed_on(monkeypatch: 
                                                    "x.public.test. 60 IN A 192.0.2.1"),
                                              wire.name_to_wire("corp.example.")))
     assert foreign is not None
-    scrubbed = resolve.scrub(resolve.Done(foreign), catch_all, router)
+    scrubbed = resolve.scrub(resolve.Done(foreign), catch_all, router.route)
     assert scrubbed.reply is None and scrubbed.error is not None

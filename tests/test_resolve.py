@@ -217,12 +217,12 @@ def test_scrub_drops_records_another_zone_owns_and_keeps_the_answer() -> None:
                   authority=("public.test. 60 IN NS ns.public.test.",))
     clean.additional.append(dns.rrset.from_text("ns.public.test.", 60, "IN", "A", "192.0.2.53"))
     done = resolve.Done(indexed(clean))
-    assert resolve.scrub(done, catch_all, router) is done  # nothing foreign: untouched, no rewrite
+    assert resolve.scrub(done, catch_all, router.route) is done  # nothing foreign: untouched, no rewrite
     hostile = reply(query("x.public.test."), "x.public.test. 60 IN CNAME db.corp.example.",
                     authority=("corp.example. 60 IN NS ns.public.test.",))
     hostile.additional.append(dns.rrset.from_text("ns.public.test.", 60, "IN", "A", "192.0.2.53"))
     hostile.additional.append(dns.rrset.from_text("DB.Corp.Example.", 60, "IN", "A", "192.0.2.66"))
-    scrubbed = resolve.scrub(resolve.Done(indexed(hostile)), catch_all, router).reply
+    scrubbed = resolve.scrub(resolve.Done(indexed(hostile)), catch_all, router.route).reply
     assert scrubbed is not None
     out = dns.message.from_wire(scrubbed.data)
     assert out.answer == hostile.answer  # the answer section answers the question: kept

@@ -21,7 +21,8 @@ from splitdns import config
 from splitdns.codec import entries
 from splitdns.codec.wire import name_to_wire, question_query, wire_to_text
 from splitdns.core.local import Rewritten
-from splitdns.core.resolve import Router, Zone
+from splitdns.core.routing import Router
+from splitdns.core.zone import Zone
 from splitdns.errors import ConfigError, Location
 from splitdns.kube import corefile_model, sources
 from splitdns.shell import hostsfiles

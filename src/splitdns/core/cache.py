@@ -20,6 +20,8 @@ from splitdns.codec.reply import Reply
 from splitdns.directives.cache import CacheSpec
 
 SUCCESS, DENIAL, SERVFAIL = entries.SUCCESS, entries.DENIAL, entries.SERVFAIL
+STALE_TTL = 30  # RFC 8767 4: the TTL of a stale answer
+STALE_RECHECK = 30.0  # RFC 8767 4: after a refresh is tried, the next one waits this long
 
 
 # Bytes per entry beyond the key's and the entry's own: two bytes-object headers, the
@@ -93,6 +95,31 @@ class Cache:
 
     def hold(self, key: bytes, until: float) -> None:
         self._holds[key] = until
+
+    def stale_answer(self, q: wire.Query, now: float) -> bytes | None:
+        """An expired answer still inside the serve_stale window, with RFC 8767's 30 s TTL."""
+        if not self.spec.serve_stale:
+            return None
+        entry = self.get_stale(q.key, now)
+        if entry is None:
+            return None
+        return entries.render(entry, min(STALE_TTL, self.cap_of(entry)), q)
+
+    def refresh_due(self, key: bytes, now: float) -> bool:
+        """Whether a stale entry may be refreshed upstream now: once per STALE_RECHECK at most,
+        so a dead upstream is not asked again by every client of a stale name."""
+        return self.get_stale(key, now) is None or now >= self.refresh_after(key)
+
+    def hold_refresh(self, key: bytes, now: float) -> None:
+        """A refresh of this stale entry starts (or failed): the next waits STALE_RECHECK.
+        A successful refresh replaces the entry, and with it this mark."""
+        if self.get_stale(key, now) is not None:
+            self.hold(key, now + STALE_RECHECK)
+
+    @property
+    def stale_first(self) -> bool:
+        """serve_stale `immediate` (the default): answer stale at once, refresh behind."""
+        return not self.spec.serve_stale_verify
 
     def _stale_window(self, kind: int) -> float:
         return 0.0 if entries.KINDS[kind] == entries.SERVFAIL else self.spec.serve_stale

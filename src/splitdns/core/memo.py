@@ -5,33 +5,42 @@ table maps a query's bytes after its ID to the reply's bytes after its ID (the s
 the tail after the query's own ID). Every use checks that the cache still holds the same entry
 in the same second of its life; the first use in a new second goes through the cache's own `get`
 (freshness, LRU place) and patches the TTL. So the memo never answers what the cache would not;
-and it belongs to one router, so a reload or a zone learned from the VPN starts it afresh.
-Pure: no sockets, no clock.
+and it belongs to one listener, which starts it afresh when its routes change (a reload, a zone
+learned from the VPN). It knows of a zone only that it has a cache (`Cached`). Pure: no
+sockets, no clock.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from splitdns.codec import entries, wire
 
 if TYPE_CHECKING:
     from splitdns.codec.entries import Entry
-    from splitdns.core.resolve import Zone
+    from splitdns.core.cache import Cache
 
-Tally = tuple["Zone", int, int]  # what a hit counts under: zone, query type, rcode
+
+class Cached(Protocol):
+    """What the memo needs of a zone: its cache (to check an entry is still the one held)."""
+
+    @property
+    def cache(self) -> Cache | None: ...
+
+
+Z = TypeVar("Z", bound=Cached)
 
 MEMO_ENTRIES = 4096      # the hot set of a pod; a flood of new names only empties it
 MEMO_QUERY_BYTES = 512   # longer queries (EDNS options) are answered the ordinary way
 
 
-class Remembered:
+class Remembered(Generic[Z]):
     __slots__ = ("duration", "entry", "held_in", "key", "offsets", "span", "stored", "tail",
                  "tally", "ttl", "turn", "turn_span", "turns", "zone")
 
-    def __init__(self, zone: Zone, key: bytes, entry: Entry, ttl: int | None, qtype: int,
+    def __init__(self, zone: Z, key: bytes, entry: Entry, ttl: int | None, qtype: int,
                  reply: bytes, now: float, held_in: Mapping[bytes, Entry] | None = None,
                  turns: tuple[bytes, ...] | None = None) -> None:
         self.zone = zone
@@ -56,7 +65,7 @@ class Remembered:
         self.turn_span = self.span  # `Memo._next_turn`'s span
         if self.turns is not None:
             self.span = -math.inf  # every use takes `Memo._next_turn`
-        self.tally: Tally = (zone, qtype, self.tail[1] & 0xF)
+        self.tally: tuple[Z, int, int] = (zone, qtype, self.tail[1] & 0xF)  # zone, type, rcode
 
     def same_ttl_span(self, now: float) -> float:
         """While the entry's age stays below this, `entries.remaining` gives what it gives
@@ -70,15 +79,15 @@ class Remembered:
         self.tail = turns[turn]
 
 
-class Memo:
+class Memo(Generic[Z]):
     def __init__(self, limit: int = MEMO_ENTRIES) -> None:
         self.limit = limit
-        self.table: dict[bytes, Remembered] = {}
+        self.table: dict[bytes, Remembered[Z]] = {}
 
     def __len__(self) -> int:
         return len(self.table)
 
-    def find(self, after_id: bytes, now: float) -> Remembered | None:
+    def find(self, after_id: bytes, now: float) -> Remembered[Z] | None:
         """What is remembered for a query's bytes after its ID, if the cache would give the same
         reply now, else None; the reply is the query's ID + `tail`."""
         seen = self.table.get(after_id)
@@ -112,7 +121,7 @@ class Memo:
         seen.span = seen.same_ttl_span(now)
         return seen
 
-    def _next_turn(self, after_id: bytes, seen: Remembered, now: float) -> Remembered | None:
+    def _next_turn(self, after_id: bytes, seen: Remembered[Z], now: float) -> Remembered[Z] | None:
         """`loadbalance`, once a second: the next rotation of a remembered reply, after the
         checks `find` makes then (fresh, still held, through the cache's `get`, the TTLs
         patched). A balanced reply's `span` is never reached, so an unbalanced hit pays
@@ -134,7 +143,7 @@ class Memo:
         seen.rotate()
         return seen
 
-    def remember(self, data: bytes, zone: Zone, key: bytes, entry: Entry, ttl: int | None, qtype: int,
+    def remember(self, data: bytes, zone: Z, key: bytes, entry: Entry, ttl: int | None, qtype: int,
                  reply: bytes, now: float, held_in: Mapping[bytes, Entry] | None = None,
                  turns: tuple[bytes, ...] | None = None) -> None:
         """Remember the reply to these query bytes. `held_in`: the table of answers the

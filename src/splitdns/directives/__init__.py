@@ -38,7 +38,7 @@ COREDNS_ONLY = (
 )
 # CoreDNS runs plugins in a compiled order (plugin.cfg), not in file order; so do we. This is
 # that order among our directives, ours placed where they act: the per-query steps of a block
-# (local.steps_of, resolve.Zone) are read from it.
+# (local.steps_of, zone.Zone.begin) are read from it.
 ORDER = ("reload", "bind", "limits", "ready", "health", "prometheus", "errors", "log", "loadbalance",
          "cache", "rewrite", "template", "hosts", "loop", "private_addresses", "openvpn", "forward")
 ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready", "openvpn",

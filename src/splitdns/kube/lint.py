@@ -11,7 +11,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from splitdns.codec.wire import name_to_wire
-from splitdns.core.resolve import Router, Zone
+from splitdns.core.routing import Router
+from splitdns.core.zone import Zone
 from splitdns.kube import corefile_lint, pod_lint, schema, sources
 from splitdns.kube.corefile_model import Block, Model
 from splitdns.kube.findings import Finding, ordered

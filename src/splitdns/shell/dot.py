@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 from splitdns.codec import reply as replies
 from splitdns.directives.forward import TlsSettings, Upstream, tls_context
-from splitdns.shell.upstream import Counters, UpstreamError, describe, stream_reply
+from splitdns.shell.attempt import Counters, UpstreamError, UpstreamTimeout, describe, stream_reply
 
 POOL_SIZE = 8  # connections (and attempts under way) per upstream
 
@@ -86,7 +86,7 @@ async def ask(sent: bytes, up: Upstream, timeout: float, counters: Counters) -> 
             except _Stale as err:
                 raise UpstreamError(f"TLS connection closed before a full reply ({err})") from None
     except TimeoutError:
-        raise UpstreamError(f"timeout after {timeout:g}s over TLS") from None
+        raise UpstreamTimeout(f"timeout after {timeout:g}s over TLS") from None
 
 
 async def _connect(up: Upstream) -> _Connection:

@@ -17,7 +17,7 @@ from splitdns import __version__
 from splitdns.core.metrics import ProcessStats, ZoneStats
 
 if TYPE_CHECKING:
-    from splitdns.core.resolve import Zone
+    from splitdns.core.zone import Zone
 
 # CoreDNS's zone label for replies no zone gave (no zone matches, a class other than IN,
 # FORMERR, NOTIMP): every answer is counted somewhere.

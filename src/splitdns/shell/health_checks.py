@@ -4,7 +4,7 @@ loop queries: those are `Server.ask_upstreams`, run by `lifecycle`).
 After an upstream fails once, it is probed (`. IN NS`, RD as `health_check ... no_rec` says)
 every `health_check` interval until any reply comes back: a reply of any rcode means the
 upstream is alive, and it returns to service at once. Meanwhile `max_fails` failures in a row
-mark it down, and exchanges skip it (resolve.Exchange). A live readiness check probes an
+mark it down, and exchanges skip it (exchange.Exchange). A live readiness check probes an
 upstream that has been silent for a while the same way (`check`).
 """
 
@@ -14,7 +14,7 @@ import asyncio
 from collections.abc import Callable, Coroutine
 
 from splitdns.codec import wire
-from splitdns.core import resolve
+from splitdns.core.exchange import ForwardState, UpstreamState
 from splitdns.shell import upstream
 
 HEALTH_PROBE_TIMEOUT = 1.0
@@ -30,20 +30,20 @@ class UpstreamHealthChecks:
         self.spawn = spawn
         self.query_ids = query_ids  # the exchanges' own source (upstream.QueryIds)
 
-    def watch(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
+    def watch(self, fwd: ForwardState, state: UpstreamState) -> None:
         """An exchange just failed on this upstream: probe it, unless a probe already runs."""
         if state.fails > 0 and not state.probing and fwd.spec.max_fails > 0:
             state.probing = True
             self.spawn(self._probe(fwd, state, fwd.spec.health_check))
 
-    def check(self, fwd: resolve.ForwardState, state: resolve.UpstreamState) -> None:
+    def check(self, fwd: ForwardState, state: UpstreamState) -> None:
         """Probe this upstream now (a readiness check found it silent for a while); a failed
         probe goes on as after a failed exchange, so it is marked down as queries would."""
         if not state.probing and fwd.spec.max_fails > 0:
             state.probing = True
             self.spawn(self._probe(fwd, state, 0.0, once_at_least=True))
 
-    async def _probe(self, fwd: resolve.ForwardState, state: resolve.UpstreamState, wait: float,
+    async def _probe(self, fwd: ForwardState, state: UpstreamState, wait: float,
                      once_at_least: bool = False) -> None:
         spec = fwd.spec
         question = wire.question_query(wire.name_to_wire(spec.health_check_name), TYPE_NS,

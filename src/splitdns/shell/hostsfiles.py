@@ -11,7 +11,7 @@ import asyncio
 import os
 from collections.abc import Callable, Iterable
 
-from splitdns.core.resolve import Zone
+from splitdns.core.zone import Zone
 from splitdns.shell import logs
 
 MIN_INTERVAL = 0.2  # a `reload 1ms` still leaves the loop time for queries

@@ -32,8 +32,10 @@ import dns.rdatatype
 from splitdns import config, corefile
 from splitdns.addresses import host_port
 from splitdns.codec import wire
-from splitdns.core import metrics, resolve
+from splitdns.core import metrics
+from splitdns.core.routing import Router
 from splitdns.core.tunnel import TunnelState
+from splitdns.core.zone import Zone
 from splitdns.directives.forward import Upstream
 from splitdns.directives.openvpn import OpenVPNSpec
 from splitdns.errors import ConfigError
@@ -164,7 +166,7 @@ class Runtime:
                 raise OSError(err.errno, f"cannot listen for HTTP on {host_port(host or '*', port)}: "
                                          f"{err.strerror}") from None
 
-    def _zones_for_metrics(self) -> list[tuple[str, resolve.Zone]]:
+    def _zones_for_metrics(self) -> list[tuple[str, Zone]]:
         out = []
         for block, zone in self.server.zones.items():
             host = block.bind[0] if block.explicit_bind else ""
@@ -207,13 +209,13 @@ class Runtime:
             if zone.block.loop:
                 self.check_loops(zone)
 
-    def _probe_names(self, zone: resolve.Zone, names: list[str]) -> list[tuple[str, int]]:
-        router = resolve.Router(self.server.zones.values())
+    def _probe_names(self, zone: Zone, names: list[str]) -> list[tuple[str, int]]:
+        router = Router(self.server.zones.values())
         mine = [(n, int(dns.rdatatype.A)) for n in names if router.route(wire.name_to_wire(n)) is zone]
         return mine or [(zone.name, int(dns.rdatatype.NS))]
 
     @staticmethod
-    def _answered(name: str, zone: resolve.Zone, rcode: int | None) -> bool:
+    def _answered(name: str, zone: Zone, rcode: int | None) -> bool:
         """A probe's answer proves the zone works: NOERROR or NXDOMAIN for a name the user chose.
         Without one we ask the zone's apex only to see the upstream answer at all, so a refusal
         counts too: a cluster DNS may refuse `. NS` and still resolve every name (a pod whose
@@ -222,7 +224,7 @@ class Runtime:
             return True
         return name == zone.name and rcode == dns.rcode.REFUSED
 
-    async def _until_ready(self, zone: resolve.Zone, names: list[tuple[str, int]]) -> None:
+    async def _until_ready(self, zone: Zone, names: list[tuple[str, int]]) -> None:
         ups = ", ".join(str(u.upstream) for f in zone.forwards for u in f.upstreams) or "no upstream"
         zone.not_ready_reason = (f"waiting for {', '.join(n for n, _ in names)} to be answered "
                                  f"through {ups}")
@@ -242,24 +244,23 @@ class Runtime:
             zone.not_ready_reason = "; ".join(reasons)
             await asyncio.sleep(PROBE_INTERVAL)
 
-    def check_loops(self, zone: resolve.Zone) -> None:
+    def check_loops(self, zone: Zone) -> None:
         """Probe for a forwarding loop now: at start, after a reload, when upstreams change."""
         self._spawn(self._loop_probe(zone))
 
-    async def _loop_probe(self, zone: resolve.Zone) -> None:
+    async def _loop_probe(self, zone: Zone) -> None:
+        guard = zone.loop
         for _ in range(LOOP_PROBE_ATTEMPTS):
-            name = f"{secrets.token_hex(6)}.{secrets.token_hex(6)}.{zone.name}".replace("..", ".")
+            name = guard.probe_name(secrets.token_hex(6), secrets.token_hex(6))
             key = wire.name_to_wire(name)
-            self.server.loop_probes[key] = zone
-            detected_before = zone.stats.loops_detected
+            detected_before = guard.probe_sent(key)
+            answered = False
             try:
                 done = await self.server.ask_upstreams(zone, name, dns.rdatatype.HINFO)
+                answered = done.reply is not None
             finally:
-                self.server.loop_probes.pop(key, None)
-            if zone.stats.loops_detected > detected_before:
-                return
-            if done.reply is not None:
-                zone.loop_error = None  # an upstream answered and nothing came back: no loop
+                learned = guard.probe_finished(key, answered, detected_before)
+            if learned:
                 return
             await asyncio.sleep(PROBE_INTERVAL)
 
@@ -337,19 +338,14 @@ class Runtime:
             if changed and ups:
                 self._guard_pushed(zone, ups)
 
-    def _guard_pushed(self, zone: resolve.Zone, ups: list[Upstream]) -> None:
+    def _guard_pushed(self, zone: Zone, ups: list[Upstream]) -> None:
         """A pushed server that is this very server is a loop; say so at once, then probe."""
         ours = set(self.server.config.listeners())
-        mine = [u for u in ups if config.is_ours(u.host, u.port, ours)]
-        if mine:
-            zone.loop_error = (f"forwarding loop: the VPN server pushed {mine[0]} as DNS server for "
-                               f"{zone.name}, which is this server itself")
-            zone.stats.loops_detected += 1
-            logs.error(f"plugin/loop: {zone.loop_error}")
-        else:
-            zone.loop_error = None
-            if zone.block.loop:
-                self.check_loops(zone)
+        looped = zone.loop.servers_pushed([str(u) for u in ups if config.is_ours(u.host, u.port, ours)])
+        if looped is not None:
+            logs.error(looped)
+        elif zone.block.loop:
+            self.check_loops(zone)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         spawn_into(self._tasks, coro)

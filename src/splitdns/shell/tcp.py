@@ -10,24 +10,29 @@ from __future__ import annotations
 
 import asyncio
 import struct
-from typing import TYPE_CHECKING
 
 from splitdns.codec import queries, wire
-
-if TYPE_CHECKING:
-    from splitdns.shell.server import Listener, Server
+from splitdns.shell.listener import Listener
+from splitdns.shell.resolution import Resolution
 
 TCP_IDLE_TIMEOUT = 10.0      # CoreDNS: idle 10 s, read 3 s
 TCP_READ_TIMEOUT = 3.0
 
 
-async def serve_client(server: Server, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                       listener: Listener) -> None:
-    limits = server.config.limits
-    if server.tcp_connections >= limits.tcp_connections:
+class Connections:
+    """Client TCP connections held at once, by every listener of a server."""
+
+    def __init__(self) -> None:
+        self.held = 0
+
+
+async def serve_client(resolution: Resolution, connections: Connections, listener: Listener,
+                       reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    limits = resolution.config().limits
+    if connections.held >= limits.tcp_connections:
         writer.close()
         return
-    server.tcp_connections += 1
+    connections.held += 1
     pending: set[asyncio.Task[None]] = set()
     peer = writer.get_extra_info("peername") or ("?", 0)
     try:
@@ -44,27 +49,27 @@ async def serve_client(server: Server, reader: asyncio.StreamReader, writer: asy
                 break
             if isinstance(verdict, bytes):
                 writer.write(struct.pack("!H", len(verdict)) + verdict)
-                server.account_unrouted(listener, "tcp", data, verdict, server.clock())
+                resolution.account_unrouted(listener, "tcp", data, verdict, resolution.clock())
                 continue
-            task = asyncio.ensure_future(_answer(server, verdict, listener, writer, peer, len(data)))
+            task = asyncio.ensure_future(_answer(resolution, verdict, listener, writer, peer, len(data)))
             pending.add(task)
             task.add_done_callback(pending.discard)
         if pending:
-            await asyncio.wait(pending, timeout=server.upstream_budget())
+            await asyncio.wait(pending, timeout=resolution.upstream_budget())
     finally:
-        server.tcp_connections -= 1
+        connections.held -= 1
         for task in pending:
             task.cancel()
         writer.close()
 
 
-async def _answer(server: Server, q: wire.Query, listener: Listener, writer: asyncio.StreamWriter,
-                  peer: tuple[str, int], size: int) -> None:
-    start = server.clock()
-    out, zone = await server.answer(q, listener)
+async def _answer(resolution: Resolution, q: wire.Query, listener: Listener,
+                  writer: asyncio.StreamWriter, peer: tuple[str, int], size: int) -> None:
+    start = resolution.clock()
+    out, zone = await resolution.answer(q, listener)
     if writer.is_closing():
         return
     writer.write(struct.pack("!H", len(out)) + out)
-    if writer.transport.get_write_buffer_size() > server.config.limits.tcp_buffer:
+    if writer.transport.get_write_buffer_size() > resolution.config().limits.tcp_buffer:
         writer.transport.abort()  # a client that does not read must not grow our memory
-    server.account(zone, q, listener, peer, "tcp", size, out, start)
+    resolution.account(zone, q, listener, peer, "tcp", size, out, start)

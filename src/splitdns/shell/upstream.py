@@ -21,10 +21,9 @@ import weakref
 from splitdns.codec import reply as replies
 from splitdns.codec import wire
 from splitdns.directives.forward import Upstream
+from splitdns.shell.attempt import Counters, UpstreamError, UpstreamTimeout, describe, stream_reply
 
-
-class UpstreamError(Exception):
-    """An attempt failed: timeout, refused, reset, or a TCP reply that did not match."""
+__all__ = ["Counters", "QueryIds", "UpstreamError", "UpstreamTimeout", "ask", "describe", "stream_reply"]
 
 
 class QueryIds:
@@ -58,14 +57,6 @@ def _forget_pools() -> None:
 
 
 os.register_at_fork(after_in_child=_forget_pools)
-
-
-class Counters:
-    """Evidence of spoofing or brokenness, for metrics: replies we dropped."""
-
-    def __init__(self) -> None:
-        self.mismatched = 0
-        self.unparseable = 0
 
 
 async def ask(sent: bytes, up: Upstream, tcp: bool, timeout: float,
@@ -128,7 +119,7 @@ async def _ask_udp(sent: bytes, up: Upstream, timeout: float,
 
         def expire() -> None:
             if not result.done():
-                result.set_exception(UpstreamError(f"timeout after {timeout:g}s"))
+                result.set_exception(UpstreamTimeout(f"timeout after {timeout:g}s"))
 
         fd = sock.fileno()
         loop.add_reader(fd, readable)
@@ -142,12 +133,6 @@ async def _ask_udp(sent: bytes, up: Upstream, timeout: float,
         sock.close()
 
 
-def describe(err: OSError) -> str:
-    if isinstance(err, ConnectionRefusedError):
-        return "connection refused (nothing listens there)"
-    return err.strerror or str(err)
-
-
 async def _ask_tcp(sent: bytes, up: Upstream, timeout: float,
                    counters: Counters) -> replies.Reply:
     writer = None
@@ -159,7 +144,7 @@ async def _ask_tcp(sent: bytes, up: Upstream, timeout: float,
             length = struct.unpack("!H", await reader.readexactly(2))[0]
             data = await reader.readexactly(length)
     except TimeoutError:
-        raise UpstreamError(f"timeout after {timeout:g}s over TCP") from None
+        raise UpstreamTimeout(f"timeout after {timeout:g}s over TCP") from None
     except asyncio.IncompleteReadError:
         raise UpstreamError("TCP connection closed before a full reply") from None
     except OSError as err:
@@ -168,15 +153,3 @@ async def _ask_tcp(sent: bytes, up: Upstream, timeout: float,
         if writer is not None:
             writer.close()
     return stream_reply(sent, data, counters, "TCP")
-
-
-def stream_reply(sent: bytes, data: bytes, counters: Counters, transport: str) -> replies.Reply:
-    """A reply read off a stream (TCP, TLS), matched to its query and read, or the reason not."""
-    if not wire.reply_matches(sent, data):
-        counters.mismatched += 1
-        raise UpstreamError(f"{transport} reply does not match the query")
-    reply = replies.read_matched(data)
-    if reply is None:
-        counters.unparseable += 1
-        raise UpstreamError(f"{transport} reply does not parse")
-    return reply

@@ -19,7 +19,8 @@ import dns.rdatatype
 from splitdns import config
 from splitdns.codec import wire
 from splitdns.commands.verify.diagnosis import NameCheck, TcpCheck
-from splitdns.core import resolve
+from splitdns.core.routing import Router
+from splitdns.core.zone import Zone
 
 TIMEOUT = 2.0
 
@@ -99,7 +100,7 @@ def owner(name: str, cfg: config.Config | None) -> tuple[str | None, list[str]]:
     """The block and upstreams that own a name, per the Corefile (the resolver's view)."""
     if cfg is None:
         return None, []
-    router = resolve.Router(resolve.Zone(b) for b in cfg.blocks)
+    router = Router(Zone(b) for b in cfg.blocks)
     wire_name = wire.name_to_wire(name)
     zone = router.route(wire_name)
     if zone is None:

@@ -1,0 +1,127 @@
+"""What the core decides about a query, as values the shell carries out.
+
+`Zone.begin` gives an `Answer` (send these bytes now) or a `Forward` (ask these upstreams);
+`Zone.depart` a `Flight` (the shell's one upstream exchange for every identical query) or a
+refusal; `Zone.settle` a `HandOn` (`next`: ask the next forward) or the `Settled` outcome;
+`Zone.finish` each client's `Answer`. Logging is the shell's: decisions carry `Note`s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from splitdns.codec import reply as replies
+from splitdns.codec import wire
+from splitdns.core.exchange import Done, ForwardState
+from splitdns.core.local import Rewritten, revert
+
+if TYPE_CHECKING:
+    import dns.message
+    import dns.rrset
+
+    from splitdns.codec.entries import Entry
+
+
+@dataclass(frozen=True, slots=True)
+class LogLine:
+    """A line for the process log: `level` is "error", "warning" or "info"."""
+
+    level: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class QueryError:
+    """A line for the `errors` directive (logged only when the block has it)."""
+
+    rcode: int
+    reason: str
+
+
+Note = LogLine | QueryError
+
+
+@dataclass(frozen=True, slots=True)
+class Forward:
+    """Ask `fwd`'s upstreams `asked` (the client's query, or what `rewrite` made of it)."""
+
+    fwd: ForwardState
+    asked: wire.Query
+    rewritten: Rewritten | None = None
+    stale: bytes | None = None  # serve_stale `verify`: the answer if the exchange fails
+    why: str | None = None      # a refresh behind an answer: what its error line says it did
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """Send `reply` now; run `refresh` behind it (serve_stale, prefetch); log `notes`."""
+
+    reply: bytes
+    refresh: Forward | None = None
+    notes: tuple[Note, ...] = ()
+
+
+@dataclass(eq=False)
+class Flight:
+    """One upstream exchange under way, shared by every identical query of a zone
+    (CVE-2020-25686). `asking`: the forward whose upstreams are asked now (after `next`, a
+    later one than `forward.fwd`)."""
+
+    key: bytes
+    query: wire.Query        # the first client's
+    forward: Forward
+    asking: ForwardState
+
+
+@dataclass(frozen=True, slots=True)
+class HandOn:
+    """`next RCODE`: the reply's rcode is one to hand on; ask `fwd`'s upstreams now."""
+
+    fwd: ForwardState
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """An exchange's outcome, cleaned and stored; `entry` is what the cache kept."""
+
+    done: Done
+    entry: Entry | None
+    notes: tuple[Note, ...] = ()
+
+
+def unrewrite(done: Done, rewritten: Rewritten | None) -> Done:
+    """The reply to a query `rewrite` changed, under the names the client asked for."""
+    if rewritten is None or done.reply is None:
+        return done
+    reply = revert(done.reply, rewritten)
+    if reply is None:
+        return Done(error="the reply to a rewritten query could not be mapped back to the name asked")
+    return Done(reply, done.rcode, done.error, done.ede)
+
+
+def scrub(done: Done, zone: object, owner_of: Callable[[bytes], object]) -> Done:
+    """The reply without authority and additional records another zone owns (`owner_of`
+    routes a name, as the listener's router does).
+
+    An upstream speaks only for its own zone: the catch-all's server must not hand the client
+    an NS or address for a name the tunnel or cluster zone owns (Unbound's scrub_sanitize, in
+    split-DNS terms). The answer section is kept as it is: it answers the question asked.
+    Rare, so the reply is rewritten (`reply.rewrite_with_dnspython`).
+    """
+    reply = done.reply
+    if reply is None or all(owner_of(owner) is zone for owner in reply.owners):
+        return done
+
+    def ours(rrset: dns.rrset.RRset) -> bool:
+        return owner_of(rrset.name.canonicalize().to_wire() or b"\x00") is zone
+
+    def drop_foreign(msg: dns.message.Message) -> None:
+        msg.authority = [r for r in msg.authority if ours(r)]
+        msg.additional = [r for r in msg.additional if ours(r)]
+
+    scrubbed = replies.rewrite_with_dnspython(reply.data, drop_foreign)
+    if scrubbed is None:  # dnspython could not rewrite it (a gap in the reader): refuse, not leak
+        return Done(error="the upstream reply could not be rewritten without foreign records")
+    return Done(scrubbed, done.rcode, done.error, done.ede)

@@ -1,0 +1,376 @@
+"""A server block at run time, and every decision about a query it owns (`begin` .. `finish`).
+
+`begin` walks the block's per-query steps in `directives.ORDER` (as CoreDNS's plugin.cfg
+orders its plugins): `cache`, then `rewrite`, `template` and `hosts` (local.py), `loop`,
+`openvpn` (the tunnel's state), `forward`. `loadbalance` wraps every answer, `private_addresses`
+acts on the upstream's reply in `settle`, `errors` and `log` are lines the shell writes.
+Pure: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import dns.rcode
+import dns.rdatatype
+
+from splitdns import directives
+from splitdns.codec import entries, wire
+from splitdns.core import local
+from splitdns.core.cache import Cache
+from splitdns.core.decisions import (
+    Answer,
+    Flight,
+    Forward,
+    HandOn,
+    LogLine,
+    Note,
+    QueryError,
+    Settled,
+    scrub,
+    unrewrite,
+)
+from splitdns.core.exchange import EDE_NO_REACHABLE_AUTHORITY, Done, ForwardState, UpstreamState
+from splitdns.core.local import Local, Rewritten, steps_of
+from splitdns.core.loop import LoopGuard, LoopProbes
+from splitdns.core.metrics import ZoneStats
+from splitdns.core.rebinding import PrivateFilter
+from splitdns.core.tunnel import TunnelState
+from splitdns.directives import loadbalance
+
+if TYPE_CHECKING:
+    from splitdns.codec.entries import Entry
+    from splitdns.config import Block
+
+STALE_REFRESH = "refreshing a stale answer"
+PREFETCH = "prefetching a popular answer"
+
+Step = Callable[["Zone", wire.Query, float, "_Walk"], "Answer | Forward | None"]
+
+
+class _Walk:
+    """What the steps of one `begin` learn on the way (a miss, a rewrite, the forward)."""
+
+    __slots__ = ("fwd", "fwd_chosen", "rewritten")
+
+    def __init__(self) -> None:
+        self.rewritten: Rewritten | None = None
+        self.fwd: ForwardState | None = None
+        self.fwd_chosen = False  # `fwd` is the forward for the query (the tunnel step chose it)
+
+
+class Zone:
+    """A server block at run time: its cache, forwards, loop guard and tunnel state."""
+
+    def __init__(self, block: Block, cache: Cache | None = None, cache_bytes: int = 64 * 1024 * 1024,
+                 loop_probes: LoopProbes | None = None) -> None:
+        self.block = block
+        if cache is None and block.cache is not None:
+            cache = Cache(block.cache, cache_bytes)
+        self.cache = cache
+        self.pending = 0  # upstream exchanges in flight (identical queries count once)
+        self.flights: dict[bytes, Flight] = {}
+        self.forwards = [ForwardState.of(spec) for spec in block.forwards]
+        self.stats = ZoneStats()
+        self.ready = False           # latched once the zone answered through its upstreams
+        self.not_ready_reason = "no probe has been answered yet"
+        self.loop = LoopGuard(self.name, self.stats, self.upstream_list, loop_probes)
+        self.tunnel: TunnelState | None = TunnelState() if block.openvpn else None
+        spec = block.private_addresses
+        self.private = PrivateFilter(spec) if spec is not None else None
+        self.local = Local(block) if steps_of(block) else None  # rewrite, template, hosts
+        self.turn: int | None = 0 if block.loadbalance else None  # replies rotated so far
+        self.steps = steps_for(self)
+
+    @property
+    def name(self) -> str:
+        return self.block.zones[0]
+
+    @property
+    def loop_error(self) -> str | None:
+        """Why the zone loops, while a forwarding loop is known (`self.loop` decides)."""
+        return self.loop.error
+
+    def upstream_list(self) -> str:
+        return ", ".join(str(u.upstream) for f in self.forwards for u in f.upstreams)
+
+    # -- a query: begin, depart, settle, land, finish --------------------------------------------
+
+    def begin(self, q: wire.Query, now: float) -> Answer | Forward:
+        """The answer now, or the upstream exchange to make: the block's steps in order."""
+        walk = _Walk()
+        for step in self.steps:
+            decided = step(self, q, now, walk)
+            if decided is not None:
+                if self.turn is not None and isinstance(decided, Answer):
+                    return Answer(self.balanced(decided.reply), decided.refresh, decided.notes)
+                return decided
+        raise AssertionError("the forward step decides every query")  # steps_for ends with it
+
+    def _cache_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
+        assert self.cache is not None
+        entry = self.cache.get(q.key, now)
+        if entry is None:
+            self.stats.cache_misses += 1
+            return None
+        self.stats.cache_hits += 1
+        refresh = self.prefetch(q, entry, now) if self.cache.spec.prefetch_amount else None
+        return Answer(entries.render(entry, entries.remaining(entry, now), q), refresh)
+
+    def _local_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
+        assert self.local is not None
+        made = self.local.decide(q)
+        if isinstance(made, bytes):
+            return Answer(local.render(made, q, self.cache))
+        walk.rewritten = made
+        return None
+
+    def _loop_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
+        looping = self.loop.returned(q)
+        if looping is not None:
+            reply, line = looping.probe_returned(q)
+            return Answer(reply, notes=(LogLine("error", line),))
+        if self.loop.error is not None:
+            return Answer(self.loop.refusal(q))
+        return None
+
+    def _tunnel_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
+        walk.fwd = self.forward_for(q.name if walk.rewritten is None else walk.rewritten.query.name)
+        walk.fwd_chosen = True
+        if walk.fwd is None or not walk.fwd.spec.tunnel:
+            return None
+        down = self.tunnel_down(q, now)
+        return None if down is None else Answer(down)
+
+    def _forward_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | Forward:
+        rewritten = walk.rewritten
+        fwd = walk.fwd if walk.fwd_chosen else \
+            self.forward_for(q.name if rewritten is None else rewritten.query.name)
+        if fwd is None:
+            return Answer(wire.error_reply(q, dns.rcode.SERVFAIL),
+                          notes=(QueryError(dns.rcode.SERVFAIL, "no next plugin found"),))
+        asked = q if rewritten is None else rewritten.query
+        stale = self.stale(q, now)
+        if stale is not None:  # so the cache exists; `immediate`, or `verify` within the recheck
+            assert self.cache is not None
+            due = self.cache.refresh_due(q.key, now)
+            if self.cache.stale_first or not due:
+                self.stats.served_stale += 1
+                refresh = None
+                if due:
+                    self.cache.hold_refresh(q.key, now)
+                    refresh = Forward(fwd, asked, rewritten, why=STALE_REFRESH)
+                return Answer(stale, refresh)
+        return Forward(fwd, asked, rewritten, stale)
+
+    def prefetch(self, q: wire.Query, entry: Entry, now: float) -> Forward | None:
+        """A popular entry close to its expiry: the exchange to refresh it in the background."""
+        assert self.cache is not None
+        if not self.cache.prefetch_due(q.key, entry, now):
+            return None
+        rewritten = None
+        if self.local is not None:  # ask upstream what a miss would ask (rewrite)
+            made = self.local.decide(q)
+            if isinstance(made, bytes):
+                return None  # answered by the block itself now: nothing to fetch
+            rewritten = made
+        asked = q if rewritten is None else rewritten.query
+        fwd = self.forward_for(asked.name)
+        if fwd is None:
+            return None
+        self.stats.prefetches += 1
+        return Forward(fwd, asked, rewritten, why=PREFETCH)
+
+    def probe_forward(self, q: wire.Query) -> Forward | Done:
+        """A probe of the zone's upstreams (readiness, loops): past the cache and local steps."""
+        fwd = self.forward_for(q.name)
+        if fwd is None:
+            return Done(error=f"no forward in zone {self.name} covers {wire.wire_to_text(q.name)}")
+        return Forward(fwd, q)
+
+    def depart(self, q: wire.Query, forward: Forward, limit: int) -> Flight | Done:
+        """The flight this query waits for: the one under way for the same question, else a
+        new one; REFUSED when `limit` exchanges are pending already (a dead upstream must not
+        let one zone hold unbounded memory)."""
+        flight = self.flights.get(q.key)
+        if flight is not None:
+            return flight
+        if self.pending >= limit:
+            return Done(rcode=dns.rcode.REFUSED, error=f"more than {self.pending} queries "
+                        "pending upstream in this zone (limits pending)")
+        flight = self.flights[q.key] = Flight(q.key, q, forward, forward.fwd)
+        forward.fwd.inflight += 1
+        self.pending += 1
+        return flight
+
+    def settle(self, flight: Flight, done: Done, now: float,
+               owner_of: Callable[[bytes], object]) -> HandOn | Settled:
+        """An exchange of the flight ended: hand on (`next`), or the outcome under the
+        client's names, without foreign or private records, stored."""
+        asked = flight.forward.asked
+        handed = self.handed_on(flight.asking, asked.name, done)
+        if handed is not None:
+            if flight.asking is not flight.forward.fwd:
+                flight.asking.inflight -= 1
+            handed.inflight += 1
+            flight.asking = handed
+            return HandOn(handed)
+        done = unrewrite(done, flight.forward.rewritten)
+        done = scrub(done, self, owner_of)
+        done, removed = self.without_private(done)
+        notes: tuple[Note, ...] = ()
+        if removed:
+            q = flight.query
+            name = wire.wire_to_text(q.question[:-4])
+            notes = (LogLine("warning", f"plugin/private_addresses: removed {', '.join(removed)} "
+                             f"from the reply for {name} {_type_text(q.qtype)} "
+                             "(possible DNS rebinding)"),)
+        return Settled(done, self.store(flight.query, done, now), notes)
+
+    def land(self, flight: Flight) -> None:
+        """The flight is over (settled, failed or cancelled): its counts go."""
+        if flight.asking is not flight.forward.fwd:
+            flight.asking.inflight -= 1
+        flight.forward.fwd.inflight -= 1
+        self.pending -= 1
+        del self.flights[flight.key]
+
+    def finish(self, q: wire.Query, forward: Forward, done: Done, entry: Entry | None,
+               now: float) -> Answer:
+        """One waiting client's answer to the outcome (merged clients each get theirs)."""
+        notes: tuple[Note, ...] = ()
+        if done.error is not None:
+            notes = (QueryError(done.rcode, done.error),)
+            if forward.stale is not None and self.cache is not None:
+                self.cache.hold_refresh(q.key, now)  # verify mode: stale at once for a while
+                self.stats.served_stale += 1
+                return Answer(self.balanced(forward.stale), notes=notes)
+        return Answer(self.balanced(self.render(q, done, entry, now)), notes=notes)
+
+    @staticmethod
+    def refreshed(forward: Forward, done: Done) -> tuple[Note, ...]:
+        """What a refresh behind an answer logs: its error, if it failed."""
+        if done.error is None:
+            return ()
+        return (QueryError(done.rcode, f"{forward.why}: {done.error}"),)
+
+    # -- the parts -------------------------------------------------------------------------------
+
+    def balanced(self, out: bytes) -> bytes:
+        """`loadbalance`: the reply with its addresses rotated one place more than the last."""
+        if self.turn is None:
+            return out
+        self.turn += 1
+        return loadbalance.rotated(out, self.turn - 1)
+
+    def next_turn(self, count: int) -> int:
+        """Which of `count` precomputed rotations the next reply gets."""
+        assert self.turn is not None
+        self.turn += 1
+        return (self.turn - 1) % count
+
+    def healthy_now(self) -> tuple[bool, str]:
+        """The zone's live state, for /ready?zone=: a loop, or every upstream marked down."""
+        if self.loop.error:
+            return False, self.loop.error
+        if self.tunnel is not None and not self.tunnel.up:
+            return False, self.tunnel.describe()
+        if not self.ready:
+            return False, self.not_ready_reason
+        for fwd in self.forwards:
+            if fwd.upstreams and all(u.down(fwd.spec.max_fails) for u in fwd.upstreams):
+                return False, f"every upstream of forward {fwd.spec.origin} is down"
+        return True, "ok"
+
+    def unheard(self, now: float, max_age: float) -> list[tuple[ForwardState, UpstreamState]]:
+        """Upstreams in service that have not replied for `max_age` seconds: what a live
+        readiness check must probe before it can say the zone is up."""
+        return [(fwd, u) for fwd in self.forwards for u in fwd.upstreams
+                if fwd.spec.max_fails > 0 and not u.down(fwd.spec.max_fails)
+                and now - u.last_reply > max_age]
+
+    def forward_for(self, name: bytes) -> ForwardState | None:
+        for fwd in self.forwards:
+            if fwd.covers(name):
+                return fwd
+        return None
+
+    def handed_on(self, fwd: ForwardState, name: bytes, done: Done) -> ForwardState | None:
+        """`next RCODE`: the forward after `fwd` (file order) that covers `name`, when the reply's
+        rcode is one `fwd` hands on; None when the reply stands (no reply, no such forward)."""
+        if done.reply is None or done.reply.rcode() not in fwd.spec.next_rcodes:
+            return None
+        later = self.forwards[self.forwards.index(fwd) + 1:]
+        return next((f for f in later if f.covers(name)), None)
+
+    def store(self, q: wire.Query, done: Done, now: float) -> Entry | None:
+        """Cache an exchange's reply if it may be cached; done once per upstream exchange."""
+        if self.cache is None or done.reply is None:
+            return None
+        return self.cache.put(q.key, q.name, done.reply, now)
+
+    def without_private(self, done: Done) -> tuple[Done, list[str]]:
+        """`private_addresses`: the reply without A/AAAA records into private networks, and
+        the addresses removed. Before the cache, so what is stored is already clean."""
+        if self.private is None or done.reply is None:
+            return done, []
+        filtered = self.private.apply(done.reply)
+        if filtered is None:
+            return done, []
+        reply, removed = filtered
+        if reply is None:  # dnspython could not rewrite it (a gap in the reader): refuse, not leak
+            return Done(error="an upstream reply with a private address could not be rewritten"), []
+        self.stats.private_removed += len(removed)
+        return Done(reply, done.rcode, done.error, done.ede), removed
+
+    def tunnel_down(self, q: wire.Query, now: float) -> bytes | None:
+        """While the tunnel is not up, the answer at once: stale if allowed, else SERVFAIL
+        with an Extended DNS Error saying why. None when the tunnel is up (or no tunnel)."""
+        if self.tunnel is None or self.tunnel.up:
+            return None
+        stale = self.stale(q, now)
+        if stale is not None:
+            self.stats.served_stale += 1
+            return stale
+        return wire.error_reply(q, dns.rcode.SERVFAIL, (EDE_NO_REACHABLE_AUTHORITY, self.tunnel.describe()))
+
+    def stale(self, q: wire.Query, now: float) -> bytes | None:
+        """An expired answer still inside the serve_stale window (RFC 8767), or None."""
+        return None if self.cache is None else self.cache.stale_answer(q, now)
+
+    def render(self, q: wire.Query, done: Done, entry: Entry | None, now: float) -> bytes:
+        """The reply one client gets for an exchange's outcome (merged clients each get theirs);
+        one the cache did not keep (TTL 0, a referral) has each TTL lowered to the cap."""
+        if entry is not None:
+            return entries.render(entry, entries.remaining(entry, now), q)
+        if done.reply is None:
+            return wire.error_reply(q, done.rcode, done.ede)
+        cap = self.cache.cap(done.reply) if self.cache is not None else None
+        return wire.render(done.reply.stored, done.reply.offsets, None, q, cap)
+
+
+# Each per-query step of `begin`, by the directive whose place in `directives.ORDER` it takes.
+# `loop` and `forward` are in every block: a loop can be found without the `loop` directive
+# (the VPN pushed this server), and `forward` decides the rest (SERVFAIL without one).
+# `rewrite`, `template` and `hosts` are one step (local.py runs them, in the same order).
+_STEPS: dict[str, tuple[Step, Callable[[Zone], bool]]] = {
+    "cache": (Zone._cache_step, lambda z: z.cache is not None),
+    "rewrite": (Zone._local_step, lambda z: z.local is not None),
+    "template": (Zone._local_step, lambda z: z.local is not None),
+    "hosts": (Zone._local_step, lambda z: z.local is not None),
+    "loop": (Zone._loop_step, lambda z: True),
+    "openvpn": (Zone._tunnel_step, lambda z: z.tunnel is not None),
+    "forward": (Zone._forward_step, lambda z: True),
+}
+
+
+def steps_for(zone: Zone) -> tuple[Step, ...]:
+    """The zone's steps, in `directives.ORDER`: each once, only those its block uses."""
+    chosen = [step for name in directives.ORDER if name in _STEPS
+              for step, used in [_STEPS[name]] if used(zone)]
+    return tuple(dict.fromkeys(chosen))
+
+
+def _type_text(qtype: int) -> str:
+    return dns.rdatatype.to_text(dns.rdatatype.RdataType.make(qtype))

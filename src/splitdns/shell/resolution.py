@@ -1,0 +1,217 @@
+"""The miss path: carries out what the zone decides (core/zone.py), and logs and counts.
+
+`Zone.begin` says answer or forward; here a forward becomes upstream attempts (an `Exchange`
+driven over sockets), identical queries wait on one asyncio future (`Zone.depart` says which
+flight), and `Zone.settle` and `Zone.finish` say what each client gets. A miss is a task
+awaiting the exchange: carrying it on callbacks instead was measured slower (bench/README.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Coroutine
+
+import dns.rcode
+import dns.rdatatype
+
+from splitdns.codec import queries, wire
+from splitdns.codec.entries import Entry
+from splitdns.config import Block, Config
+from splitdns.core import metrics
+from splitdns.core.decisions import Answer, Flight, Forward, HandOn, LogLine, Note, QueryError
+from splitdns.core.exchange import Done, Exchange, ForwardState, Send
+from splitdns.core.loop import LoopProbes
+from splitdns.core.routing import Router, unrouted
+from splitdns.core.zone import Zone
+from splitdns.shell import datagrams, logs, upstream
+from splitdns.shell.health_checks import UpstreamHealthChecks
+from splitdns.shell.listener import Listener
+
+
+class Resolution:
+    """Every query that is not a hot-path hit, for every listener of a server."""
+
+    def __init__(self, config: Callable[[], Config], clock: Callable[[], float], rng: random.Random,
+                 counters: upstream.Counters, query_ids: Callable[[], int]) -> None:
+        self.config = config
+        self.clock = clock
+        self.rng = rng
+        self.counters = counters
+        self.query_ids = query_ids
+        self.flights: dict[Flight, asyncio.Future[tuple[Done, Entry | None]]] = {}
+        self.tasks: set[asyncio.Task[None]] = set()  # queries and refreshes
+        self.health_check_tasks: set[asyncio.Task[None]] = set()  # end with the server
+        self.loop_probes: LoopProbes = {}  # shared by every zone of the server (loop.py)
+        self.internal_errors = 0
+        self.health_checks = UpstreamHealthChecks(
+            clock, counters, lambda coro: spawn_into(self.health_check_tasks, coro), query_ids)
+
+    async def answer(self, q: wire.Query, listener: Listener) -> tuple[bytes, Zone | None]:
+        """The reply for a query, from cache or upstream (the full path, any transport)."""
+        try:
+            return await self._resolve(q, listener.router)
+        except Exception as err:  # our own bug: the client still gets an answer, we a log line
+            self.internal_error(err)
+            return wire.error_reply(q, dns.rcode.SERVFAIL), None
+
+    def internal_error(self, err: BaseException) -> None:
+        self.internal_errors += 1
+        logs.error(f"internal error while resolving: {type(err).__name__}: {err}")
+
+    async def _resolve(self, q: wire.Query, router: Router) -> tuple[bytes, Zone | None]:
+        zone = router.route(q.name)
+        if zone is None:
+            return unrouted(q), None
+        decided = zone.begin(q, self.clock())
+        if isinstance(decided, Answer):
+            self.carry_out(zone, q, decided, router)
+            return decided.reply, zone
+        done, entry = await self._flight(zone, q, decided, router)
+        answer = zone.finish(q, decided, done, entry, self.clock())
+        self.emit(zone.block, q, answer.notes)
+        return answer.reply, zone
+
+    def carry_out(self, zone: Zone, q: wire.Query, answer: Answer, router: Router) -> None:
+        """What goes with an answer: its log lines, and the refresh behind it."""
+        if answer.notes:
+            self.emit(zone.block, q, answer.notes)
+        if answer.refresh is not None:
+            self.refresh(zone, answer.refresh, q, router)
+
+    def refresh(self, zone: Zone, forward: Forward, q: wire.Query, router: Router) -> None:
+        """Ask upstream behind an answer already sent (serve_stale, prefetch)."""
+        self.spawn(self._refresh(zone, forward, q, router))
+
+    async def ask_upstreams(self, zone: Zone, name: str, qtype: int) -> Done:
+        """Ask a name through the zone's upstreams, bypassing the cache (readiness, loops)."""
+        q = wire.question_query(wire.name_to_wire(name), qtype)
+        forward = zone.probe_forward(q)
+        if isinstance(forward, Done):
+            return forward
+        return await self._exchange(zone, forward.fwd, q)
+
+    async def _refresh(self, zone: Zone, forward: Forward, q: wire.Query, router: Router) -> None:
+        done, _ = await self._flight(zone, q, forward, router)
+        self.emit(zone.block, q, zone.refreshed(forward, done))
+
+    async def _flight(self, zone: Zone, q: wire.Query, forward: Forward,
+                      router: Router) -> tuple[Done, Entry | None]:
+        """The query's upstream exchange: its own, or the one under way for the same question
+        (CVE-2020-25686), whose outcome every waiting client shares."""
+        flight = zone.depart(q, forward, self.config().limits.pending)
+        if isinstance(flight, Done):
+            return flight, None
+        waiting = self.flights.get(flight)
+        if waiting is not None:
+            return await asyncio.shield(waiting)
+        future: asyncio.Future[tuple[Done, Entry | None]] = asyncio.get_running_loop().create_future()
+        self.flights[flight] = future
+        try:
+            fwd = flight.asking
+            while True:
+                done = await self._exchange(zone, fwd, forward.asked)
+                step = zone.settle(flight, done, self.clock(), router.route)
+                if not isinstance(step, HandOn):
+                    break
+                fwd = step.fwd  # `next RCODE`: the next forward line asks its upstreams
+            self.emit(zone.block, q, step.notes)
+            future.set_result((step.done, step.entry))
+        except BaseException as err:
+            future.set_exception(err)
+            future.exception()  # mark retrieved: waiters may be none
+            raise
+        finally:
+            zone.land(flight)
+            del self.flights[flight]
+        return step.done, step.entry
+
+    async def _exchange(self, zone: Zone, fwd: ForwardState, q: wire.Query) -> Done:
+        exchange = Exchange(fwd, self.clock(), self.rng)
+        step = exchange.start()
+        while isinstance(step, Send):
+            sent = wire.upstream_query(q, self.query_ids())
+            began = self.clock()
+            to = step.upstream.label
+            try:
+                reply = await upstream.ask(sent, step.upstream.upstream, step.tcp,
+                                           step.timeout, self.counters)
+            except upstream.UpstreamError as err:
+                kind = "timeout" if isinstance(err, upstream.UpstreamTimeout) else "error"
+                zone.stats.upstream[(to, kind)].observe(self.clock() - began)
+                failed = step.upstream
+                step = exchange.failed(step, str(err), self.clock())
+                self.health_checks.watch(fwd, failed)
+            else:
+                rcode = metrics.RCODES.get(reply.rcode(), "other")
+                zone.stats.upstream[(to, rcode)].observe(self.clock() - began)
+                step = exchange.answered(step, reply, self.clock())
+        return step
+
+    # -- accounting and logging ----------------------------------------------------------------
+
+    def account(self, zone: Zone | None, q: wire.Query, listener: Listener, addr: datagrams.Peer,
+                proto: str, size: int, out: bytes, start: float) -> None:
+        if zone is None:
+            listener.unrouted.answered(proto, listener.family, q.qtype, out, self.clock() - start)
+            return
+        zone.stats.answered(proto, listener.family, q.qtype, out, self.clock() - start)
+        if zone.block.log is not None:
+            self.log_query(zone.block, q, addr, proto, size, out, start)
+
+    def account_unrouted(self, listener: Listener, proto: str, data: bytes, out: bytes,
+                         start: float) -> None:
+        """A reply the query reader gave at once (FORMERR, NOTIMP, REFUSED for a class)."""
+        listener.unrouted.answered(proto, listener.family, queries.question_type(data), out,
+                                   self.clock() - start)
+
+    def log_query(self, block: Block, q: wire.Query, addr: datagrams.Peer, proto: str,
+                  size: int, out: bytes, start: float) -> None:
+        assert block.log is not None
+        rcode = out[3] & 0xF
+        kind = "error" if rcode not in (0, 3) else ("denial" if rcode == 3 else "success")
+        spec = block.log
+        if "all" not in spec.classes and kind not in spec.classes:
+            return
+        if spec.names != (".",) and not any(wire.is_subdomain(q.name, n) for n in spec.wire_names):
+            return
+        seconds = self.clock() - start
+        if spec.template is not None:
+            logs.emit(logs.templated_line(q, addr, proto, size, out, seconds, spec.template))
+        else:
+            logs.emit(logs.query_line(q, addr, proto, size, out, seconds, spec.json))
+
+    @staticmethod
+    def emit(block: Block, q: wire.Query, notes: tuple[Note, ...]) -> None:
+        """Write what a decision says to log: process log lines, and `errors` lines when the
+        block has the directive."""
+        for note in notes:
+            if isinstance(note, LogLine):
+                getattr(logs, note.level)(note.text)
+            elif isinstance(note, QueryError) and block.errors is not None:
+                name = wire.wire_to_text(q.question[:-4])
+                logs.emit(logs.error_line(note.rcode, name, _type_text(q.qtype), note.reason,
+                                          block.errors.json))
+
+    def spawn(self, coro: Coroutine[object, object, None]) -> None:
+        spawn_into(self.tasks, coro)
+
+    def upstream_budget(self) -> float:
+        return upstream_budget(self.config())
+
+
+def spawn_into(tasks: set[asyncio.Task[None]], coro: Coroutine[object, object, None]) -> None:
+    """Run `coro` as a task that `tasks` holds until it ends: the loop keeps only a weak
+    reference, and a stop must be able to wait for or cancel what is running."""
+    task = asyncio.get_running_loop().create_task(coro)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)
+
+
+def upstream_budget(config: Config) -> float:
+    """The longest any query may wait on upstreams: the largest overall forward deadline."""
+    return max((f.overall_timeout for b in config.blocks for f in b.forwards), default=5.0) + 1
+
+
+def _type_text(qtype: int) -> str:
+    return dns.rdatatype.to_text(dns.rdatatype.RdataType.make(qtype))

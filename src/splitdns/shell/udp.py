@@ -1,0 +1,154 @@
+"""The UDP path: datagrams read in batches, cache hits answered inside the read callback.
+
+Cache hits and the block's own answers are rendered from wire bytes with no task and no
+dnspython, and sent with one sendmmsg per batch; a repeat within the same second is a memo
+lookup (memo.py). Anything else goes to the miss path (resolution.py) as a task. Why it is
+shaped so, with the figures: bench/README.md, "The hot path".
+"""
+
+from __future__ import annotations
+
+import operator
+import socket
+import struct
+from collections import Counter
+from collections.abc import Callable, Iterable
+
+from splitdns.codec import entries, queries, wire
+from splitdns.codec.entries import Entry
+from splitdns.core import local
+from splitdns.core.memo import Remembered
+from splitdns.core.zone import Zone
+from splitdns.directives import loadbalance
+from splitdns.shell import datagrams, logs
+from splitdns.shell.listener import Listener, Tally
+from splitdns.shell.resolution import Resolution
+
+_TALLY = operator.attrgetter("tally")
+
+
+class UdpPath:
+    def __init__(self, clock: Callable[[], float], resolution: Resolution) -> None:
+        self.clock = clock
+        self.resolution = resolution
+
+    def readable(self, listener: Listener) -> None:
+        """One batch per wakeup (datagrams.BATCH): then the loop's other work gets a turn,
+        also when every datagram takes the slow path (garbage, misses)."""
+        now = self.clock()
+        batch = listener.reader(now)
+        assert batch is not None and listener.udp is not None
+        try:
+            count = batch.receive()
+        except OSError as err:
+            logs.error(f"{listener.label}: {err.strerror}; reading one datagram at a time from now on")
+            listener.batch = datagrams.OneByOne(listener.udp)
+            return
+        listener.last_count = count
+        if not count:
+            return
+        repeats: list[Remembered[Zone]] = []  # memo hits
+        rendered: list[Tally] = []  # cache hits rendered anew
+        try:
+            for i in batch.answer_known(listener.memo.find, now, repeats):
+                try:
+                    self._datagram(listener, batch, i, rendered, now)
+                except Exception as err:  # our own bug: lose this datagram, not the batch
+                    self.resolution.internal_error(err)
+        finally:
+            batch.send()  # the replies first, the bookkeeping after
+            if repeats or rendered:
+                self._count_hits(repeats, rendered, listener, now)
+
+    def _datagram(self, listener: Listener, batch: datagrams.Batch | datagrams.OneByOne,
+                  i: int, hits: list[Tally], now: float) -> None:
+        """A datagram the memo did not know: a hit rendered anew, an error reply, or a miss."""
+        data = batch.datagram(i)
+        q = wire.parse_query(data)
+        if q is not None and self._answer_hit(q, data, listener, batch, i, hits, now):
+            return
+        verdict = queries.read(data) if q is None else q
+        if verdict is None:
+            return
+        if isinstance(verdict, bytes):
+            batch.reply(i, verdict)
+            self.resolution.account_unrouted(listener, "udp", data, verdict, now)
+            return
+        self.resolution.spawn(self._resolve(verdict, listener, batch.peer(i), len(data)))
+
+    def _answer_hit(self, q: wire.Query, data: bytes, listener: Listener,
+                    batch: datagrams.Batch | datagrams.OneByOne, i: int,
+                    hits: list[Tally], now: float) -> bool:
+        """The hot path: a fresh cache entry answered from wire bytes. False on a miss.
+        The reply is remembered (memo.py) unless the zone logs every query. The same
+        decisions as `Zone.begin`'s cache and local steps, without building a decision."""
+        zone = listener.router.route(q.name)
+        if zone is None:
+            return False
+        entry = zone.cache.get(q.key, now) if zone.cache is not None else None
+        ttl: int | None = None
+        held: dict[bytes, Entry] | None = None
+        if entry is not None:
+            ttl = entries.remaining(entry, now)
+        elif zone.local is not None and q.key in zone.local.answers:  # made by the block itself
+            held = zone.local.answers
+            entry = held[q.key]
+        else:
+            return False
+        out = entries.render(entry, ttl, q) if held is None else local.render(entry, q, zone.cache)
+        turns = None
+        if zone.turn is not None:  # loadbalance: every rotation once, then each in turn
+            turns = loadbalance.rotations(out)
+            out = turns[zone.next_turn(len(turns))]
+        if len(out) > q.max_udp:
+            out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
+            turns = None
+        batch.reply(i, out)
+        hits.append((zone, q.qtype, out[3] & 0xF))
+        if zone.block.log is not None:
+            self.resolution.log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
+        elif held is None and zone.cache is not None and zone.cache.spec.prefetch_amount:
+            forward = zone.prefetch(q, entry, now)  # every hit counts: no memo
+            if forward is not None:
+                self.resolution.refresh(zone, forward, q, listener.router)
+        else:
+            listener.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now, held, turns)
+        return True
+
+    def _count_hits(self, repeats: list[Remembered[Zone]], rendered: list[Tally],
+                    listener: Listener, start: float) -> None:
+        """After the batch went out: each reply waited from the read to the send. Hits of
+        one kind (zone, type, rcode) are counted at once: a batch is mostly a few hot names,
+        and at a pod's rates a single one (no Counter for it: this delays the next read)."""
+        elapsed = self.clock() - start
+        family = listener.family
+        kinds: Iterable[tuple[Tally, int]]
+        if len(repeats) + len(rendered) == 1:
+            kinds = (((repeats[0].tally if repeats else rendered[0]), 1),)
+        else:
+            hits = Counter(map(_TALLY, repeats))
+            hits.update(rendered)
+            kinds = hits.items()
+        for (zone, qtype, rcode), times in kinds:
+            stats = zone.stats
+            stats.cache_hits += times
+            stats.answered_alike("udp", family, qtype, rcode, elapsed, times)
+
+    async def _resolve(self, q: wire.Query, listener: Listener, addr: datagrams.Peer,
+                       size: int) -> None:
+        start = self.clock()
+        out, zone = await self.resolution.answer(q, listener)
+        if len(out) > q.max_udp:
+            out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
+        if listener.udp is None:
+            return  # closed by a reload or a stop while we waited upstream
+        _send(listener.udp, out, addr)
+        self.resolution.account(zone, q, listener, addr, "udp", size, out, start)
+
+
+def _send(sock: socket.socket, data: bytes, addr: datagrams.Peer) -> None:
+    # A full buffer or a vanished client: UDP promises nothing, and neither do we.
+    try:  # noqa: SIM105 (contextlib.suppress costs a context manager per reply)
+        sock.sendto(data, addr)
+    except OSError:
+        pass
