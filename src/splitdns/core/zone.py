@@ -353,12 +353,13 @@ class Zone:
 # Each per-query step of `begin`, by the directive whose place in `directives.ORDER` it takes.
 # `loop` and `forward` are in every block: a loop can be found without the `loop` directive
 # (the VPN pushed this server), and `forward` decides the rest (SERVFAIL without one).
-# `rewrite`, `template` and `hosts` are one step (local.py runs them, in the same order).
+# `rewrite`, `template` and `hosts` are one step, where the block's first of them stands
+# (local.py runs them, in the same order).
 _STEPS: dict[str, tuple[Step, Callable[[Zone], bool]]] = {
     "cache": (Zone._cache_step, lambda z: z.cache is not None),
-    "rewrite": (Zone._local_step, lambda z: z.local is not None),
-    "template": (Zone._local_step, lambda z: z.local is not None),
-    "hosts": (Zone._local_step, lambda z: z.local is not None),
+    "rewrite": (Zone._local_step, lambda z: bool(z.block.rewrite)),
+    "template": (Zone._local_step, lambda z: bool(z.block.template)),
+    "hosts": (Zone._local_step, lambda z: z.block.hosts is not None),
     "loop": (Zone._loop_step, lambda z: True),
     "openvpn": (Zone._tunnel_step, lambda z: z.tunnel is not None),
     "forward": (Zone._forward_step, lambda z: True),

@@ -3,7 +3,8 @@
 `Zone.begin` says answer or forward; here a forward becomes upstream attempts (an `Exchange`
 driven over sockets), identical queries wait on one asyncio future (`Zone.depart` says which
 flight), and `Zone.settle` and `Zone.finish` say what each client gets. A miss is a task
-awaiting the exchange: carrying it on callbacks instead was measured slower (bench/README.md).
+awaiting the exchange: carrying it on callbacks instead was measured slower
+(bench/README.md, "Where splitdns's time goes").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 What happens to a query is decided by the core (core/zone.py) and carried out by the UDP
 path (udp.py: reads, hot-path hits), TCP clients (tcp.py) and the miss path (resolution.py).
-Why the UDP path is shaped as it is, with the figures: bench/README.md, "The hot path".
+Why the UDP path is shaped as it is, with the figures: bench/README.md, "Where splitdns's time goes".
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Cache hits and the block's own answers are rendered from wire bytes with no task and no
 dnspython, and sent with one sendmmsg per batch; a repeat within the same second is a memo
 lookup (memo.py). Anything else goes to the miss path (resolution.py) as a task. Why it is
-shaped so, with the figures: bench/README.md, "The hot path".
+shaped so, with the figures: bench/README.md, "Where splitdns's time goes".
 """
 
 from __future__ import annotations

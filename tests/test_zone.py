@@ -1,0 +1,379 @@
+"""The zone's decisions as transcripts: begin, depart, settle, land, finish with a clock the
+test moves and upstream replies the test writes. No sockets, no sleeps, no event loop.
+
+`Transcript.ask` does what the shell's miss path does (shell/resolution.py), minus the I/O:
+each `Send` goes to `upstream(send, asked)`, a function of the test that returns a reply or
+the text of a failure.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import dns.message
+import dns.rcode
+import pytest
+
+from splitdns import config, directives
+from splitdns.codec import wire
+from splitdns.codec.reply import Reply
+from splitdns.core import resolve
+from splitdns.core.cache import STALE_RECHECK
+from splitdns.core.decisions import Answer, Forward, HandOn, LogLine, QueryError, Settled
+from splitdns.core.exchange import Done, Exchange, Send
+from splitdns.core.tunnel import UP, Pushed, TunnelState
+from splitdns.directives.forward import Upstream
+from tests.helpers import indexed, query, reply
+from tests.helpers import wire as to_wire
+
+Upstreamer = Callable[[Send, wire.Query], "Reply | str"]
+
+
+def parse(name: str, rdtype: str = "A", qid: int = 0x1234) -> wire.Query:
+    q = wire.parse_query(to_wire(query(name, rdtype, qid=qid)))
+    assert q is not None
+    return q
+
+
+def answering(address: str = "192.0.2.80", ttl: int = 10, rcode: int = dns.rcode.NOERROR,
+              log: list[str] | None = None) -> Upstreamer:
+    """An upstream that answers every question with one A record (or an rcode alone)."""
+    def upstream(send: Send, asked: wire.Query) -> Reply:
+        if log is not None:
+            log.append(send.upstream.label)
+        name = wire.wire_to_text(asked.name)
+        msg = dns.message.make_query(name, asked.qtype)
+        msg.id = asked.id
+        records = (f"{name} {ttl} IN A {address}",) if rcode == dns.rcode.NOERROR else ()
+        return indexed(reply(msg, *records, rcode=rcode))
+    return upstream
+
+
+def failing(why: str = "timeout after 2s", log: list[str] | None = None) -> Upstreamer:
+    def upstream(send: Send, asked: wire.Query) -> str:
+        if log is not None:
+            log.append(send.upstream.label)
+        return why
+    return upstream
+
+
+@dataclass
+class Transcript:
+    """One listener's zones, driven as the shell drives them."""
+
+    corefile: str
+    pending_limit: int = 1000
+    notes: list[object] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        blocks = config.loads(self.corefile, "Corefile", env={}).blocks
+        self.loop_probes: dict[bytes, resolve.LoopGuard] = {}
+        self.router = resolve.Router(resolve.Zone(b, loop_probes=self.loop_probes) for b in blocks)
+        self.rng = random.Random(7)
+
+    def zone(self, name: str) -> resolve.Zone:
+        zone = self.router.route(wire.name_to_wire(name))
+        assert zone is not None
+        return zone
+
+    def begin(self, q: wire.Query, now: float) -> Answer | Forward:
+        zone = self.router.route(q.name)
+        assert zone is not None
+        decided = zone.begin(q, now)
+        if isinstance(decided, Answer):
+            self.notes.extend(decided.notes)
+        return decided
+
+    def exchange(self, zone: resolve.Zone, fwd: resolve.ForwardState, asked: wire.Query,
+                 upstream: Upstreamer, now: float) -> Done:
+        ex = Exchange(fwd, now, self.rng)
+        step = ex.start()
+        while isinstance(step, Send):
+            got = upstream(step, asked)
+            step = ex.failed(step, got, now) if isinstance(got, str) else ex.answered(step, got, now)
+        return step
+
+    def fly(self, zone: resolve.Zone, q: wire.Query, forward: Forward, upstream: Upstreamer,
+            now: float) -> Settled | Done:
+        flight = zone.depart(q, forward, self.pending_limit)
+        if isinstance(flight, Done):
+            return flight
+        try:
+            fwd = flight.asking
+            while True:
+                step = zone.settle(flight, self.exchange(zone, fwd, forward.asked, upstream, now), now,
+                                   self.router.route)
+                if not isinstance(step, HandOn):
+                    break
+                fwd = step.fwd
+        finally:
+            zone.land(flight)
+        self.notes.extend(step.notes)
+        return step
+
+    def ask(self, q: wire.Query, upstream: Upstreamer, now: float) -> bytes:
+        """A client's query from start to reply; a refresh behind an answer runs at once."""
+        zone = self.router.route(q.name)
+        assert zone is not None
+        decided = self.begin(q, now)
+        if isinstance(decided, Answer):
+            if decided.refresh is not None:
+                refreshed = self.fly(zone, q, decided.refresh, upstream, now)
+                done = refreshed if isinstance(refreshed, Done) else refreshed.done
+                self.notes.extend(zone.refreshed(decided.refresh, done))
+            return decided.reply
+        outcome = self.fly(zone, q, decided, upstream, now)
+        done, entry = (outcome, None) if isinstance(outcome, Done) else (outcome.done, outcome.entry)
+        answer = zone.finish(q, decided, done, entry, now)
+        self.notes.extend(answer.notes)
+        return answer.reply
+
+
+def rcode_of(out: bytes) -> int:
+    return out[3] & 0xF
+
+
+def answer_ttl(out: bytes) -> int:
+    return int(dns.message.from_wire(out).answer[0].ttl)
+
+
+def ede_text(out: bytes) -> str:
+    msg = dns.message.from_wire(out)
+    return " ".join(str(getattr(o, "text", "")) for o in msg.options)
+
+
+# -- serve_stale ---------------------------------------------------------------------------------
+
+STALE = ". {\n cache 3600 {\n  serve_stale 1h\n }\n forward . 192.0.2.1\n}\n"
+STALE_VERIFY = ". {\n cache 3600 {\n  serve_stale 1h verify\n }\n forward . 192.0.2.1\n}\n"
+
+
+def test_serve_stale_answers_at_once_and_refreshes_once_per_recheck() -> None:
+    t = Transcript(STALE)
+    q = parse("www.example.org.")
+    asked: list[str] = []
+    out = t.ask(q, answering(ttl=10, log=asked), now=100.0)
+    assert answer_ttl(out) == 10 and len(asked) == 1
+    assert answer_ttl(t.ask(q, failing(log=asked), now=105.0)) == 5 and len(asked) == 1  # a hit
+    # Expired: the stale answer at once with RFC 8767's 30 s TTL, one refresh behind it.
+    first = t.begin(q, 115.0)
+    assert isinstance(first, Answer) and rcode_of(first.reply) == 0 and answer_ttl(first.reply) == 30
+    assert first.refresh is not None and first.refresh.why == "refreshing a stale answer"
+    second = t.begin(q, 116.0)  # within STALE_RECHECK of the first refresh: stale, no refresh
+    assert isinstance(second, Answer) and second.refresh is None
+    third = t.begin(q, 115.0 + STALE_RECHECK + 0.1)
+    assert isinstance(third, Answer) and third.refresh is not None  # the recheck is over
+    # A refresh that fails logs, and the next waits STALE_RECHECK again.
+    zone = t.zone("www.example.org.")
+    assert t.ask(q, failing(log=asked), now=200.0) and len(asked) > 1
+    assert any(isinstance(n, QueryError) and "refreshing a stale answer" in n.reason for n in t.notes)
+    assert isinstance(t.begin(q, 201.0), Answer) and zone.stats.served_stale == 5
+    # A refresh that succeeds replaces the entry: a fresh hit, no refresh.
+    fresh = t.ask(q, answering(ttl=60, address="192.0.2.81"), now=300.0)
+    assert b"\xc0\x00\x02\x50" in fresh  # the stale answer went out ...
+    hit = t.begin(q, 301.0)
+    assert isinstance(hit, Answer) and hit.refresh is None and b"\xc0\x00\x02\x51" in hit.reply
+
+
+def test_serve_stale_verify_asks_first_and_answers_stale_only_when_the_upstream_fails() -> None:
+    t = Transcript(STALE_VERIFY)
+    q = parse("www.example.org.")
+    t.ask(q, answering(ttl=10), now=100.0)
+    decided = t.begin(q, 115.0)
+    assert isinstance(decided, Forward) and decided.stale is not None  # verify: upstream first
+    out = t.ask(q, answering(ttl=10, address="192.0.2.81"), now=115.0)
+    assert b"\xc0\x00\x02\x51" in out  # the upstream answered: its fresh answer
+    later = t.begin(q, 130.0)
+    assert isinstance(later, Forward)
+    out = t.ask(q, failing(), now=130.0)
+    assert rcode_of(out) == 0 and b"\xc0\x00\x02\x51" in out  # failed: the stale answer
+    assert any(isinstance(n, QueryError) for n in t.notes)
+    held = t.begin(q, 131.0)  # after a failure, stale at once until STALE_RECHECK is over
+    assert isinstance(held, Answer) and held.refresh is None
+    assert isinstance(t.begin(q, 130.0 + STALE_RECHECK + 0.1), Forward)
+
+
+# -- the tunnel ----------------------------------------------------------------------------------
+
+TUNNEL = """\
+. {\n forward . 192.0.2.10\n}
+svc.acme.internal {\n cache 30 {\n  serve_stale 1h\n }\n openvpn {\n  management 127.0.0.1:7505\n }\n}
+"""
+
+
+def test_tunnel_down_answers_at_once_stale_or_servfail_and_up_forwards_to_the_pushed_server() -> None:
+    t = Transcript(TUNNEL)
+    zone = t.zone("db.svc.acme.internal.")
+    q = parse("db.svc.acme.internal.")
+    down = t.begin(q, 100.0)
+    assert isinstance(down, Answer) and rcode_of(down.reply) == dns.rcode.SERVFAIL
+    assert "tunnel is down" in ede_text(down.reply)
+    assert isinstance(t.begin(parse("www.example.org."), 100.0), Forward)  # other zones go on
+    zone.tunnel = TunnelState(UP, "", Pushed(servers=(("10.8.0.1", 53),)))
+    for fwd in zone.forwards:
+        fwd.set_upstreams([Upstream("10.8.0.1", 53, "pushed by the VPN server")])
+    up = t.begin(q, 101.0)
+    assert isinstance(up, Forward) and str(up.fwd.upstreams[0]) == "10.8.0.1:53"
+    asked: list[str] = []
+    assert rcode_of(t.ask(q, answering(ttl=5, log=asked), now=101.0)) == 0 and asked == ["10.8.0.1:53"]
+    zone.tunnel = TunnelState("down", "SIGTERM")
+    stale = t.begin(q, 110.0)  # expired, down: the stale answer, nothing asked
+    assert isinstance(stale, Answer) and stale.refresh is None and rcode_of(stale.reply) == 0
+    assert zone.stats.served_stale == 1
+
+
+# -- loops -----------------------------------------------------------------------------------------
+
+LOOPING = ". {\n loop\n forward . 192.0.2.53\n}\nexample.net {\n forward . 192.0.2.3\n}\n"
+
+
+def test_a_loop_probe_that_comes_back_is_a_loop_until_a_probe_is_answered() -> None:
+    t = Transcript(LOOPING)
+    zone = t.zone("example.org.")
+    guard = zone.loop
+    name = guard.probe_name("aaaa", "bbbb")
+    assert name == "aaaa.bbbb."
+    key = wire.name_to_wire(name)
+    before = guard.probe_sent(key)
+    back = t.begin(parse(name, "HINFO"), 100.0)  # our own probe reached us again
+    assert isinstance(back, Answer) and rcode_of(back.reply) == dns.rcode.SERVFAIL
+    assert zone.loop_error is not None and "192.0.2.53:53" in zone.loop_error
+    assert any(isinstance(n, LogLine) and n.level == "error" and "plugin/loop" in n.text for n in t.notes)
+    assert guard.probe_finished(key, answered=False, detected_before=before)  # learned: stop
+    assert key not in t.loop_probes and zone.stats.loops_detected == 1
+    looping = t.begin(parse("www.example.org."), 101.0)
+    assert isinstance(looping, Answer) and "forwarding loop" in ede_text(looping.reply)
+    assert zone.healthy_now()[0] is False
+    # A later probe an upstream answers, that never came back: no loop any more.
+    key = wire.name_to_wire(guard.probe_name("cccc", "dddd"))
+    before = guard.probe_sent(key)
+    assert guard.probe_finished(key, answered=True, detected_before=before)
+    assert zone.loop_error is None and isinstance(t.begin(parse("www.example.org."), 102.0), Forward)
+    # A probe neither answered nor back teaches nothing: ask again.
+    key = wire.name_to_wire(guard.probe_name("eeee", "ffff"))
+    assert not guard.probe_finished(key, answered=False, detected_before=guard.probe_sent(key))
+
+
+def test_a_probe_back_on_another_zone_still_proves_the_senders_loop() -> None:
+    t = Transcript(LOOPING)
+    sender, other = t.zone("example.org."), t.zone("example.net.")
+    key = wire.name_to_wire("aaaa.bbbb.example.net.")
+    sender.loop.probe_sent(key)
+    assert isinstance(t.begin(parse("aaaa.bbbb.example.net.", "HINFO"), 100.0), Answer)
+    assert sender.loop_error is not None and other.loop_error is None
+
+
+def test_the_vpn_pushing_this_server_is_a_loop_and_other_servers_clear_it() -> None:
+    t = Transcript(TUNNEL)
+    zone = t.zone("svc.acme.internal.")
+    line = zone.loop.servers_pushed(["127.0.0.1:53"])
+    assert line is not None and "pushed 127.0.0.1:53" in line and zone.stats.loops_detected == 1
+    zone.tunnel = TunnelState(UP, "", Pushed(servers=(("127.0.0.1", 53),)))
+    refused = t.begin(parse("db.svc.acme.internal."), 100.0)
+    assert isinstance(refused, Answer) and "this server itself" in ede_text(refused.reply)
+    assert zone.loop.servers_pushed([]) is None and zone.loop_error is None
+
+
+# -- merging and the pending cap -------------------------------------------------------------------
+
+def test_identical_queries_share_a_flight_and_the_pending_cap_refuses_beyond_it() -> None:
+    t = Transcript(". {\n forward . 192.0.2.1\n}\n", pending_limit=2)
+    zone = t.zone("example.org.")
+    one, two, three = (parse(f"{n}.example.org.") for n in ("one", "two", "three"))
+    forwards = [t.begin(q, 100.0) for q in (one, two, three)]
+    assert all(isinstance(f, Forward) for f in forwards)
+    first = zone.depart(one, forwards[0], 2)
+    again = zone.depart(parse("one.example.org.", qid=9), forwards[0], 2)
+    assert again is first and zone.pending == 1  # merged: one exchange, counted once
+    second = zone.depart(two, forwards[1], 2)
+    refused = zone.depart(three, forwards[2], 2)
+    assert isinstance(refused, Done) and refused.rcode == dns.rcode.REFUSED
+    assert "limits pending" in (refused.error or "")
+    assert not isinstance(first, Done) and not isinstance(second, Done)
+    assert zone.forwards[0].inflight == 2
+    zone.land(first)
+    assert zone.pending == 1 and not isinstance(zone.depart(three, forwards[2], 2), Done)
+
+
+# -- failover and health ---------------------------------------------------------------------------
+
+NEXT = """. {
+ forward . 192.0.2.1 {
+  next NXDOMAIN
+ }
+ forward . 192.0.2.2
+}
+"""
+
+
+def test_next_hands_an_nxdomain_on_to_the_next_forward_line() -> None:
+    t = Transcript(NEXT)
+    zone = t.zone("example.org.")
+    asked: list[str] = []
+
+    def upstream(send: Send, q: wire.Query) -> Reply:
+        asked.append(send.upstream.label)
+        code = dns.rcode.NXDOMAIN if send.upstream.label == "192.0.2.1:53" else dns.rcode.NOERROR
+        return answering(rcode=code)(send, q)
+
+    out = t.ask(parse("www.example.org."), upstream, 100.0)
+    assert asked == ["192.0.2.1:53", "192.0.2.2:53"] and rcode_of(out) == dns.rcode.NOERROR
+    assert [f.inflight for f in zone.forwards] == [0, 0] and zone.pending == 0
+    out = t.ask(parse("www.example.net."), answering(rcode=dns.rcode.SERVFAIL), 100.0)
+    assert rcode_of(out) == dns.rcode.SERVFAIL  # SERVFAIL is not in the first line's list
+
+
+def test_sequential_policy_fails_over_and_marks_an_upstream_down_after_max_fails() -> None:
+    t = Transcript(". {\n forward . 192.0.2.1 192.0.2.2 {\n  policy sequential\n  max_fails 2\n }\n}\n")
+    zone = t.zone("example.org.")
+    first, second = zone.forwards[0].upstreams
+    asked: list[str] = []
+
+    def first_dead(send: Send, q: wire.Query) -> Reply | str:
+        asked.append(send.upstream.label)
+        return "timeout after 2s" if send.upstream is first else answering()(send, q)
+
+    for i in range(3):
+        assert rcode_of(t.ask(parse(f"n{i}.example.org."), first_dead, 100.0 + i)) == 0
+    assert asked == ["192.0.2.1:53", "192.0.2.2:53"] * 3 and first.down(2)
+    asked.clear()
+    assert rcode_of(t.ask(parse("n3.example.org."), first_dead, 104.0)) == 0
+    assert asked == ["192.0.2.2:53"]  # down: skipped
+    first.replied(105.0)  # a health probe got a reply: back in service at once
+    asked.clear()
+    t.ask(parse("n4.example.org."), first_dead, 106.0)
+    assert asked[0] == "192.0.2.1:53"
+    assert not second.down(2)
+
+
+def test_every_upstream_down_fails_fast_with_the_reason() -> None:
+    t = Transcript(". {\n forward . 192.0.2.1 {\n  max_fails 1\n }\n}\n")
+    zone = t.zone("example.org.")
+    t.ask(parse("n0.example.org."), failing("connection refused"), 100.0)  # two attempts
+    assert zone.forwards[0].upstreams[0].down(1) and zone.forwards[0].broken == 0
+    asked: list[str] = []
+    out = t.ask(parse("n9.example.org."), failing(log=asked), 101.0)
+    assert asked == [] and rcode_of(out) == dns.rcode.SERVFAIL  # nobody asked: at once
+    assert "all upstreams are down" in ede_text(out) and "connection refused" in ede_text(out)
+    assert zone.forwards[0].broken == 1
+    zone.forwards[0].upstreams[0].replied(102.0)  # the probe revives it
+    assert rcode_of(t.ask(parse("n9.example.org."), answering(), 103.0)) == 0
+
+
+# -- the order of the steps ------------------------------------------------------------------------
+
+def test_the_steps_follow_directives_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    corefile = ". {\n cache 30\n hosts {\n  192.0.2.9 www.example.org\n  fallthrough\n }\n" \
+               " forward . 192.0.2.1\n}\n"
+    q = parse("www.example.org.")
+    t = Transcript(corefile)
+    t.ask(q, answering(address="192.0.2.80"), 100.0)  # hosts answers: 192.0.2.9, nothing asked
+    assert b"\xc0\x00\x02\x09" in t.ask(q, failing(), 100.0)
+    order = list(directives.ORDER)
+    order.remove("forward")
+    order.insert(order.index("hosts"), "forward")  # forward before hosts: hosts never acts
+    monkeypatch.setattr(directives, "ORDER", tuple(order))
+    t = Transcript(corefile)
+    assert b"\xc0\x00\x02\x50" in t.ask(q, answering(address="192.0.2.80"), 100.0)
