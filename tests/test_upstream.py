@@ -59,8 +59,8 @@ def test_the_miss_path_counts_a_timeout_as_timeout() -> None:
             loop = asyncio.get_running_loop()
             resolution = Resolution(lambda: cfg, loop.time, random.Random(1), upstream.Counters(),
                                     upstream.QueryIds())
-            done = await resolution.probe(zone, "example.org.", 1)
-            for task in resolution.probe_tasks:  # the health probe the failure started
+            done = await resolution.ask_upstreams(zone, "example.org.", 1)
+            for task in resolution.health_check_tasks:  # the health check the failure started
                 task.cancel()
             return done
 
