@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 import dns.message
 import dns.rcode
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from splitdns import config, directives
 from splitdns.codec import wire
@@ -377,3 +379,78 @@ def test_the_steps_follow_directives_order(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setattr(directives, "ORDER", tuple(order))
     t = Transcript(corefile)
     assert b"\xc0\x00\x02\x50" in t.ask(q, answering(address="192.0.2.80"), 100.0)
+
+
+# -- the hot path makes the same decision --------------------------------------------------------
+
+class _Replies:
+    """Stands in for a read batch: what the hot path replies to each datagram."""
+
+    def __init__(self) -> None:
+        self.sent: dict[int, bytes] = {}
+
+    def reply(self, i: int, out: bytes) -> None:
+        self.sent[i] = out
+
+    def peer(self, i: int) -> tuple[str, int]:
+        return ("127.0.0.1", 5300)
+
+
+HOT = """. {
+ cache 30
+ hosts {
+  192.0.2.9 made.example.org
+  fallthrough
+ }
+ forward . 192.0.2.1
+}
+"""
+HOT_NAMES = ("a.example.org.", "b.example.org.", "big.example.org.", "made.example.org.",
+             "none.example.org.")
+
+
+@given(asks=st.lists(st.tuples(st.sampled_from(HOT_NAMES), st.floats(0, 12), st.booleans(),
+                               st.integers(0, 0xFFFF)), min_size=1, max_size=25))
+@settings(max_examples=150, deadline=None)
+def test_the_udp_hot_path_answers_exactly_what_begin_answers(
+        asks: list[tuple[str, float, bool, int]]) -> None:
+    """`UdpPath._answer_hit` repeats `Zone.begin`'s cache and local steps without building a
+    decision: whenever it answers, begin answers the same bytes (truncated as UDP sends them),
+    and whenever begin answers from the cache or an answer the block made before, it answered
+    too."""
+    from splitdns.core.memo import Memo
+    from splitdns.shell import udp, upstream
+    from splitdns.shell.listener import Listener
+    from splitdns.shell.resolution import Resolution
+
+    cfg = config.loads(HOT, "Corefile", env={})
+    zone = resolve.Zone(cfg.blocks[0])
+    router = resolve.Router([zone])
+    listener = Listener("127.0.0.1", 0, router, memo=Memo())
+    path = udp.UdpPath(lambda: 0.0, Resolution(lambda: cfg, lambda: 0.0, random.Random(1),
+                                               upstream.Counters(), lambda: 0))
+    assert zone.cache is not None
+    for name, ttl in (("a.example.org.", 10), ("b.example.org.", 25), ("big.example.org.", 20)):
+        q = parse(name)
+        count = 40 if name.startswith("big") else 1
+        zone.cache.put(q.key, q.name, indexed(reply(query(name), *(f"{name} {ttl} IN A 10.0.0.{i}"
+                                                                   for i in range(count)))), 100.0)
+    now = 100.0
+    for name, delay, small, qid in asks:
+        now += delay
+        data = to_wire(query(name, qid=qid, edns=-1 if small else 0))
+        q = wire.parse_query(data)
+        assert q is not None
+        batch = _Replies()
+        held = zone.local is not None and q.key in zone.local.answers  # the block made it before
+        hot = path._answer_hit(q, data, listener, batch, 0, [], now)  # type: ignore[arg-type]
+        hits_before = zone.stats.cache_hits
+        decided = zone.begin(q, now)
+        if hot:
+            assert isinstance(decided, Answer)
+            expected = decided.reply
+            if len(expected) > q.max_udp:
+                expected = wire.truncated(q, int.from_bytes(expected[2:4], "big"))
+            assert batch.sent[0] == expected
+        else:
+            assert zone.stats.cache_hits == hits_before and not held  # nor did begin find one
