@@ -15,6 +15,7 @@ from splitdns.codec import entries, wire
 from splitdns.core import resolve
 from splitdns.core.cache import Cache
 from splitdns.directives.cache import CacheSpec
+from splitdns.directives.logging import LogSpec
 from splitdns.errors import ConfigError
 from splitdns.kube import lint
 from splitdns.shell import logs
@@ -79,6 +80,23 @@ def test_log_takes_names_and_a_format_as_coredns_does(line: str, names: tuple[st
     spec = config.loads(f". {{\n    {line} {{\n        class error\n    }}\n}}\n").blocks[0].log
     assert spec is not None
     assert (spec.names, spec.template, spec.classes) == (names, template, frozenset({"error"}))
+
+
+def test_log_writes_only_the_classes_and_names_it_is_given() -> None:
+    """CoreDNS's `class` (success, denial, error) and names: which replies get a line."""
+    def spec_of(line: str) -> LogSpec:
+        spec = config.loads(f". {{\n    {line}\n}}\n").blocks[0].log
+        assert spec is not None
+        return spec
+
+    inside, outside = wire.name_to_wire("www.example.org."), wire.name_to_wire("www.example.net.")
+    some = spec_of("log example.org {\n        class denial error\n    }")
+    assert [some.wants(inside, rcode) for rcode in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN,
+                                                     dns.rcode.SERVFAIL, dns.rcode.REFUSED)] == \
+        [False, True, True, True]
+    assert not some.wants(outside, dns.rcode.NXDOMAIN)
+    every = spec_of("log")
+    assert every.wants(outside, dns.rcode.NOERROR) and every.wants(inside, dns.rcode.SERVFAIL)
 
 
 def test_errors_stdout_is_accepted_and_anything_else_named() -> None:

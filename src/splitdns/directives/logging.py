@@ -14,7 +14,7 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-from splitdns.codec.wire import name_to_wire
+from splitdns.codec.wire import is_subdomain, name_to_wire
 from splitdns.corefile import Statement
 from splitdns.directives import _args
 from splitdns.errors import ConfigError
@@ -38,6 +38,14 @@ class LogSpec:
     @functools.cached_property
     def wire_names(self) -> tuple[bytes, ...]:
         return tuple(name_to_wire(n) for n in self.names)
+
+    def wants(self, name: bytes, rcode: int) -> bool:
+        """Whether the reply to a query for `name` (wire form) is logged: its class (success,
+        denial, error) and the name asked."""
+        kind = "error" if rcode not in (0, 3) else ("denial" if rcode == 3 else "success")
+        if "all" not in self.classes and kind not in self.classes:
+            return False
+        return self.names == (".",) or any(is_subdomain(name, n) for n in self.wire_names)
 
 
 def parse_errors(st: Statement) -> ErrorsSpec:

@@ -168,13 +168,9 @@ class Resolution:
 
     def log_query(self, block: Block, q: wire.Query, addr: datagrams.Peer, proto: str,
                   size: int, out: bytes, start: float) -> None:
-        assert block.log is not None
-        rcode = out[3] & 0xF
-        kind = "error" if rcode not in (0, 3) else ("denial" if rcode == 3 else "success")
         spec = block.log
-        if "all" not in spec.classes and kind not in spec.classes:
-            return
-        if spec.names != (".",) and not any(wire.is_subdomain(q.name, n) for n in spec.wire_names):
+        assert spec is not None
+        if not spec.wants(q.name, out[3] & 0xF):
             return
         seconds = self.clock() - start
         if spec.template is not None:
