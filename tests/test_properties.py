@@ -263,6 +263,30 @@ def test_any_upstream_bytes_never_raise_through_the_reply_path(data: st.DataObje
         dns.message.from_wire(wire.truncated(q, 0x8180))
 
 
+@given(data=st.data(), shape=reply_shapes)
+@settings(max_examples=400, deadline=None)
+def test_the_miss_paths_shortcuts_agree_with_the_full_checks(data: st.DataObject,
+                                                             shape: dict[str, object]) -> None:
+    """The callback miss path passes the question's length it sent: matching and reading then
+    skip walking the question. Whatever comes back, they decide as without it, field by field."""
+    q, good, _ = built_reply(**shape)  # type: ignore[arg-type]
+    sent = wire.upstream_query(q, 0x4242)
+    raw = data.draw(st.one_of(mutations(good, max_ops=2, start=12), mutations(good),
+                              st.binary(max_size=600).map(lambda b: good[:2] + b)))
+    qlen = len(q.question)
+    matches = wire.reply_matches(sent, raw)
+    assert wire.reply_matches(sent, raw, qlen) == matches
+    event("matches" if matches else "does not match")
+    if not matches:
+        return
+    full, short = replies.read_matched(raw), replies.read_matched(raw, qlen)
+    event("read" if full is not None else "unreadable")
+    assert (full is None) == (short is None)
+    if full is not None and short is not None:
+        assert [getattr(full, f) for f in replies.Reply.__slots__] == \
+            [getattr(short, f) for f in replies.Reply.__slots__]
+
+
 # --- H1: routing ---------------------------------------------------------------------------
 
 def reference_route(name: str, zones: list[str]) -> str | None:

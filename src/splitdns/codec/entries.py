@@ -17,9 +17,19 @@ SUCCESS, DENIAL, SERVFAIL = "success", "denial", "servfail"
 KINDS = (SUCCESS, DENIAL, SERVFAIL)
 
 
+# The packing of n TTL offsets, made once for the common counts (a format string per call
+# costs the struct module's cache lookup, on every miss and every render).
+_OFFSETS = tuple(struct.Struct(f"!{n}H") for n in range(33))
+
+
+def _offsets_of(count: int) -> struct.Struct:
+    return _OFFSETS[count] if count < len(_OFFSETS) else struct.Struct(f"!{count}H")
+
+
 def make(reply: bytes, offsets: tuple[int, ...], kind: str, ttl: float, now: float) -> Entry:
     count = len(offsets)
-    return HEAD.pack(now, ttl, KINDS.index(kind), count) + struct.pack(f"!{count}H", *offsets) + reply
+    packing = _OFFSETS[count] if count < len(_OFFSETS) else _offsets_of(count)
+    return HEAD.pack(now, ttl, KINDS.index(kind), count) + packing.pack(*offsets) + reply
 
 
 def ttl(entry: Entry) -> float:
@@ -34,7 +44,7 @@ def kind(entry: Entry) -> str:
 def offsets(entry: Entry) -> tuple[int, ...]:
     """Where each TTL sits in `reply(entry)`."""
     count = HEAD.unpack_from(entry)[3]
-    return struct.unpack_from(f"!{count}H", entry, HEAD.size)
+    return _offsets_of(count).unpack_from(entry, HEAD.size)
 
 
 def reply(entry: Entry) -> bytes:
@@ -56,6 +66,5 @@ def timing(entry: Entry) -> tuple[float, float]:
 def render(entry: Entry, ttl_now: int | None, q: wire.Query) -> bytes:
     """The reply for `q` with every TTL set to `ttl_now` (None keeps the upstream's)."""
     count = HEAD.unpack_from(entry)[3]
-    start = HEAD.size + 2 * count
-    return wire.render(memoryview(entry)[start:], struct.unpack_from(f"!{count}H", entry, HEAD.size),
-                       ttl_now, q)
+    return wire.render(memoryview(entry)[HEAD.size + 2 * count:],
+                       _offsets_of(count).unpack_from(entry, HEAD.size), ttl_now, q)

@@ -79,22 +79,23 @@ def ttl(value: int) -> int:
     return 0 if value & 0x80000000 else value  # RFC 2181 8: the top bit set means zero
 
 
-def read_matched(data: bytes) -> Reply | None:
+def read_matched(data: bytes, qlen: int = 0) -> Reply | None:
     """The reply in `data`, which passed `wire.reply_matches` (the caller counted the others):
     read by hand, or rewritten by dnspython in the one legal shape the hand reader leaves to it.
-    None if it is not a well-formed reply we can use."""
+    None if it is not a well-formed reply we can use. `qlen`: the length of the question it was
+    matched against, if the caller knows it: that question is then not read again."""
     try:
-        return read_canonical(data)
+        return read_canonical(data, qlen)
     except Unusual:
         return rewrite_with_dnspython(data)
 
 
-def read_canonical(data: bytes) -> Reply | None:
+def read_canonical(data: bytes, qlen: int = 0) -> Reply | None:
     """The hand reader alone, for bytes known to match the query and written in canonical order
     (ours, dnspython's): raises `Unusual` where OPT is not last, which `read_matched` rewrites."""
     _, flags, qdcount, ancount, nscount, arcount = wire.HEADER.unpack_from(data)
     try:
-        return _walk(data, len(data), flags, (qdcount, ancount, nscount, arcount))
+        return _walk(data, len(data), flags, (qdcount, ancount, nscount, arcount), qlen)
     except (IndexError, struct.error):
         return None
 
@@ -120,15 +121,19 @@ def rewrite_with_dnspython(data: bytes,
         return None
 
 
-def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) -> Reply | None:
+def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int],
+          qlen: int = 0) -> Reply | None:
     qdcount, ancount, nscount, arcount = counts
     pos = 12
     read: list[tuple[int, int]] = []  # the parts of names reached by pointers
-    for _ in range(qdcount):
-        pos = _name(data, pos, n)
-        if pos < 0 or pos + 4 > n:
-            return None
-        pos += 4
+    if qlen and qdcount == 1:
+        pos += qlen  # matched byte for byte, or but for case, against a question of ours
+    else:
+        for _ in range(qdcount):
+            pos = _name(data, pos, n)
+            if pos < 0 or pos + 4 > n:
+                return None
+            pos += 4
     offsets: list[int] = []
     min_ttl: int | None = None
     soa_ttl: int | None = None
@@ -138,13 +143,29 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) ->
     total = ancount + nscount + arcount
     for index in range(total):
         start = pos
-        pos = _name(data, pos, n, read)
+        first = data[pos]
+        if first == 0:
+            pos += 1  # the root (OPT's owner): what `_name` finds
+        elif first == 0xC0 and qdcount and data[pos + 1] == 12:
+            # A pointer to the question's name, which `_name` checked above: what `_name`
+            # would find (a target after the header, before this record), without the walk;
+            # the part it reaches ends before any TTL, so `read` needs no note of it.
+            pos += 2
+        else:
+            pos = _name(data, pos, n, read)
         if pos < 0 or pos + 10 > n:
             return None
         rtype, rclass, rttl, rdlen = _RR.unpack_from(data, pos)
         rdata = pos + 10
         end = rdata + rdlen
-        if end > n or not _rdata_ok(data, rtype, rclass, rdata, end, read):
+        if end > n:
+            return None
+        if rclass == C_IN and rtype in _FIXED:  # A, AAAA: what _rdata_ok checks, inline
+            if rdlen != _FIXED[rtype]:
+                return None
+        elif rtype == T_OPT and rdlen == 0:
+            pass  # an OPT without options: what _rdata_ok accepts
+        elif not _rdata_ok(data, rtype, rclass, rdata, end, read):
             return None
         if rtype == T_OPT:
             if index < ancount + nscount or opt_start >= 0 or data[start] != 0 or pos != start + 1:
@@ -159,8 +180,9 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) ->
             if index >= ancount:
                 owners.append(owner(data, start))
             offsets.append(pos + 4)
-            value = ttl(rttl)
-            min_ttl = value if min_ttl is None else min(min_ttl, value)
+            value = 0 if rttl & 0x80000000 else rttl  # ttl(rttl)
+            if min_ttl is None or value < min_ttl:
+                min_ttl = value
             if rtype == T_SOA and soa_ttl is None and ancount <= index < ancount + nscount:
                 soa_ttl = min(value, ttl(_U32.unpack_from(data, end - 4)[0]))
         pos = end
@@ -168,11 +190,11 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int]) ->
         return None  # trailing bytes: dnspython (ignore_trailing=False) refuses them too
     if rcode > 10:
         return None  # DSO's, unassigned, or extended rcodes (cookies, versions) we never asked for
-    if offsets and _names_in_ttls(read, offsets):
+    if read and offsets and _names_in_ttls(read, offsets):
         return None
     stored = b"\x00\x00" + data[2:]
     if opt_start >= 0:
-        if any(off > opt_start for off in offsets):
+        if offsets and offsets[-1] > opt_start:  # offsets grow: the last is the largest
             raise Unusual("OPT is not the last record")
         stored = wire.HEADER.pack(0, flags, qdcount, ancount, nscount, arcount - 1) + data[12:opt_start]
     return Reply(data, flags, rcode, counts, min_ttl, soa_ttl, stored, tuple(offsets), tuple(owners))

@@ -16,6 +16,8 @@ from collections.abc import Iterable
 HEADER = struct.Struct("!HHHHHH")
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
+_FLAGS_QDCOUNT = struct.Struct("!HH")
+_ID_FLAGS_QDCOUNT = struct.Struct("!HHH")
 _TYPE_CLASS = struct.Struct("!HH")
 _OPT_FIXED = struct.Struct("!HHBBHH")  # type, payload, ext-rcode, version, flags, rdlength
 
@@ -40,6 +42,9 @@ EDNS_PAYLOAD = 1232   # DNS Flag Day 2020: never send UDP replies larger than th
 PLAIN_PAYLOAD = 512   # RFC 1035 limit for a query without EDNS
 
 
+_KEY_BITS = (b"\x00", b"\x01", b"\x02", b"\x03")  # a cache key's last byte: DO << 1 | CD
+
+
 class Query:
     """A plain query, read without dnspython. `key` identifies its answer in a cache."""
 
@@ -56,9 +61,9 @@ class Query:
         self.edns = edns
         self.payload = payload
         self.do = do
-        self.cd = bool(flags & CD)
+        self.cd = cd = bool(flags & CD)
         self.cookie = cookie      # the client cookie it carried (RFC 7873), else empty
-        self.key = name + question[-4:] + bytes(((do << 1) | self.cd,))
+        self.key = name + question[-4:] + _KEY_BITS[(do << 1) | cd]
 
     @property
     def max_udp(self) -> int:
@@ -88,7 +93,7 @@ def parse_query(data: bytes) -> Query | None:
         return None
     qtype, qclass = _TYPE_CLASS.unpack_from(data, pos)
     end = pos + 4
-    if qclass != CLASS_IN or is_meta_type(qtype):
+    if qclass != CLASS_IN or qtype == TYPE_OPT or 128 <= qtype <= 254:  # is_meta_type
         return None
     edns, payload, do, cookie = False, PLAIN_PAYLOAD, False, b""
     if arcount:
@@ -156,13 +161,15 @@ def upstream_query(q: Query, qid: int, *, health_probe: bool = False) -> bytes:
     A health probe goes as CoreDNS's forward sends its: the question alone, RD as `q` has it."""
     if health_probe:
         return HEADER.pack(qid, q.flags & RD, 1, 0, 0, 0) + q.question
-    header = HEADER.pack(qid, RD | (q.flags & CD), 1, 0, 0, 1)
-    return header + q.question + opt_record(q.do)
+    return HEADER.pack(qid, RD | (q.flags & CD), 1, 0, 0, 1) + q.question + _OUR_OPT[q.do]
 
 
 def opt_record(do: bool, options: bytes = b"") -> bytes:
     return b"\x00" + _OPT_FIXED.pack(TYPE_OPT, EDNS_PAYLOAD, 0, 0, DO if do else 0,
                                      len(options)) + options
+
+
+_OUR_OPT = (opt_record(False), opt_record(True))  # what upstream_query adds, by DO
 
 
 def ede_option(code: int, text: str) -> bytes:
@@ -171,25 +178,29 @@ def ede_option(code: int, text: str) -> bytes:
     return _U16.pack(EDE) + _U16.pack(len(body)) + body
 
 
-def reply_matches(sent: bytes, reply: bytes) -> bool:
+def reply_matches(sent: bytes, reply: bytes, qlen: int = 0) -> bool:
     """RFC 5452 checks a reply must pass before we look at it: ID, QR, opcode, question.
 
     A reply with no question is accepted only as a failure signal (rcode other than
-    NOERROR and NXDOMAIN), as Unbound and dnsdist do.
+    NOERROR and NXDOMAIN), as Unbound and dnsdist do. `qlen`, the length of `sent`'s
+    question if the caller knows it, saves walking its name.
     """
     if len(reply) < 12 or reply[:2] != sent[:2]:
         return False
-    flags, qdcount = _U16.unpack_from(reply, 2)[0], _U16.unpack_from(reply, 4)[0]
+    flags, qdcount = _FLAGS_QDCOUNT.unpack_from(reply, 2)
     if not flags & QR or flags & OPCODE_MASK:
         return False
     if qdcount == 0:
         return flags & RCODE_MASK not in (0, 3)
-    qlen = question_length(sent)
+    if qdcount != 1:
+        return False
+    end = 12 + (qlen or question_length(sent))
+    if reply[12:end] == sent[12:end]:  # the usual echo, byte for byte
+        return True
     # The name ignoring case; type and class exactly (lower-casing them would make qtype 65
     # match 97, since 0x41 is "A" and 0x61 "a").
-    end = 12 + qlen - 4
-    return qdcount == 1 and reply[12:end].lower() == sent[12:end].lower() and \
-        reply[end:end + 4] == sent[end:end + 4]
+    end -= 4
+    return reply[12:end].lower() == sent[12:end].lower() and reply[end:end + 4] == sent[end:end + 4]
 
 
 def skip_name(data: bytes, pos: int) -> int:
@@ -226,7 +237,7 @@ def render(stored: bytes | memoryview, ttl_offsets: tuple[int, ...], ttl: int | 
     flags |= RA | (q.flags & (RD | CD))
     if not (q.do or q.flags & AD):
         flags &= ~AD  # RFC 6840 5.8: AD only for clients that asked for it
-    HEADER.pack_into(buf, 0, q.id, flags, 1, *_counts(stored))
+    _ID_FLAGS_QDCOUNT.pack_into(buf, 0, q.id, flags, 1)  # the other counts stay the stored ones
     buf[12:12 + len(q.question)] = q.question
     if ttl is not None:
         packed = ttl.to_bytes(4, "big")
@@ -241,10 +252,6 @@ def render(stored: bytes | memoryview, ttl_offsets: tuple[int, ...], ttl: int | 
         buf += opt_record(q.do, _cookie(q))
         _U16.pack_into(buf, 10, _U16.unpack_from(buf, 10)[0] + 1)
     return bytes(buf)
-
-
-def _counts(stored: bytes | memoryview) -> tuple[int, int, int]:
-    return struct.unpack_from("!HHH", stored, 6)
 
 
 def truncated(q: Query, flags: int) -> bytes:

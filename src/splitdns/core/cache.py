@@ -22,6 +22,7 @@ from splitdns.directives.cache import CacheSpec
 SUCCESS, DENIAL, SERVFAIL = entries.SUCCESS, entries.DENIAL, entries.SERVFAIL
 STALE_TTL = 30  # RFC 8767 4: the TTL of a stale answer
 STALE_RECHECK = 30.0  # RFC 8767 4: after a refresh is tried, the next one waits this long
+_NOERROR, _SERVFAIL, _NXDOMAIN = int(dns.rcode.NOERROR), int(dns.rcode.SERVFAIL), int(dns.rcode.NXDOMAIN)
 
 
 # Bytes per entry beyond the key's and the entry's own: two bytes-object headers, the
@@ -126,18 +127,22 @@ class Cache:
 
     def put(self, key: bytes, name: bytes, reply: Reply, now: float) -> Entry | None:
         """Store a validated upstream reply if it may be cached; the entry, or None."""
-        if reply.flags & wire.TC or not self._covers(name):
+        if reply.flags & wire.TC or (self._zones and not self._covers(name)):
             return None
         kind, ttl = self._classify(reply, name)
         if kind is None or ttl <= 0:
             return None  # TTL 0: use once, never cache (RFC 1035 3.2.1, RFC 2181 8)
         entry = entries.make(reply.stored, reply.offsets, kind, ttl, now)
-        table = self._denial if kind != SUCCESS else self._success
-        capacity = self.spec.denial_capacity if kind != SUCCESS else self.spec.success_capacity
-        for old_table in (self._success, self._denial):
-            self._forget(key, old_table)
+        success, denial = self._success, self._denial
+        if kind == SUCCESS:
+            table, capacity = success, self.spec.success_capacity
+        else:
+            table, capacity = denial, self.spec.denial_capacity
+        if key in success or key in denial:  # a new name, mostly: nothing to forget
+            self._forget(key, success)
+            self._forget(key, denial)
         table[key] = entry
-        self.bytes += _cost(key, entry)
+        self.bytes += len(key) + len(entry) + ENTRY_OVERHEAD  # _cost
         while len(table) > capacity:
             self._evict(table)
         while self.bytes > self.max_bytes and (self._success or self._denial):
@@ -174,14 +179,14 @@ class Cache:
 
     def _classify(self, reply: Reply, name: bytes) -> tuple[str | None, float]:
         spec = self.spec
-        rcode = reply.rcode()
-        if rcode == dns.rcode.SERVFAIL:
-            return (SERVFAIL, spec.servfail_ttl) if spec.servfail_ttl > 0 else (None, 0)
-        if rcode == dns.rcode.NOERROR and reply.answer:
+        rcode = reply.rcode_value
+        if rcode == _NOERROR and reply.ancount:
             if spec.disable_success and _under(name, self._no_success):
                 return None, 0
-            return SUCCESS, _clamp(reply.min_ttl or 0, spec.success_min_ttl, spec.success_ttl)
-        if rcode in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
+            return SUCCESS, min(max(reply.min_ttl or 0, spec.success_min_ttl), spec.success_ttl)
+        if rcode == _SERVFAIL:
+            return (SERVFAIL, spec.servfail_ttl) if spec.servfail_ttl > 0 else (None, 0)
+        if rcode in (_NOERROR, _NXDOMAIN):
             soa = reply.soa_ttl
             if soa is None or (spec.disable_denial and _under(name, self._no_denial)):
                 return None, 0  # RFC 2308: a negative answer without SOA is not cached
