@@ -87,8 +87,8 @@ def parse_args(argv: Sequence[str]) -> Options:
                    selected, a.quick, a.curves_only)
 
 
-def enter_netns(opts: Options, argv: Sequence[str]) -> str:
-    """Re-exec inside `unshare --net` when we can; describe the network we run on."""
+def enter_netns(opts: Options, argv: Sequence[str], module: str = "bench.run") -> str:
+    """Re-exec `module` inside `unshare --net` when we can; describe the network we run on."""
     if os.environ.get(NETNS_ENV) == "1":
         subprocess.run(["ip", "link", "set", "lo", "up"], check=True, timeout=10)
         return "own network namespace (unshare --net): only lo exists"
@@ -97,7 +97,7 @@ def enter_netns(opts: Options, argv: Sequence[str]) -> str:
         if probe.returncode == 0:
             os.environ[NETNS_ENV] = "1"
             os.chdir(REPO)
-            os.execvp("unshare", ["unshare", "--net", "--", sys.executable, "-m", "bench.run", *argv])
+            os.execvp("unshare", ["unshare", "--net", "--", sys.executable, "-m", module, *argv])
     return "host loopback (no namespace): ports checked free before each start"
 
 
