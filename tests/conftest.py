@@ -91,6 +91,8 @@ E2E_MODULES = frozenset({
     "test_differential", "test_dot", "test_bench_smoke",
     # the webhook as a process over HTTPS
     "test_webhook", "test_webhook_render",
+    # the callback miss path: scripted upstreams (forgeries, drops, truncation) as processes
+    "test_misses",
     # the scripted upstream's own tests (tooling: processes)
     "test_scripted_upstream",
 })

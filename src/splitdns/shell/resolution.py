@@ -1,17 +1,17 @@
 """The miss path: carries out what the zone decides (core/zone.py), and logs and counts.
 
 `Zone.begin` says answer or forward; here a forward becomes upstream attempts (an `Exchange`
-driven over sockets), identical queries wait on one asyncio future (`Zone.depart` says which
-flight), and `Zone.settle` and `Zone.finish` say what each client gets. A miss is a task
-awaiting the exchange: carrying it on callbacks instead was measured slower
-(bench/README.md, "Where splitdns's time goes").
+driven over sockets), identical queries wait on one flight (`Zone.depart` says which), and
+`Zone.settle` and `Zone.finish` say what each client gets. Here a query is a task awaiting
+the exchange: TCP clients, refreshes, probes. UDP misses are carried on loop callbacks
+instead (misses.py); both share `flights`, so identical queries of either path merge.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 
 import dns.rcode
 import dns.rdatatype
@@ -40,7 +40,8 @@ class Resolution:
         self.rng = rng
         self.counters = counters
         self.query_ids = query_ids
-        self.flights: dict[Flight, asyncio.Future[tuple[Done, Entry | None]]] = {}
+        # Each flight's outcome: a future of the task that asks, or a callback miss (misses.py)
+        self.flights: dict[Flight, Awaitable[tuple[Done, Entry | None]]] = {}
         self.tasks: set[asyncio.Task[None]] = set()  # queries and refreshes
         self.health_check_tasks: set[asyncio.Task[None]] = set()  # end with the server
         self.loop_probes: LoopProbes = {}  # shared by every zone of the server (loop.py)

@@ -1,7 +1,8 @@
 """The server: its zones, its listeners and their sockets, from start through reload to stop.
 
 What happens to a query is decided by the core (core/zone.py) and carried out by the UDP
-path (udp.py: reads, hot-path hits), TCP clients (tcp.py) and the miss path (resolution.py).
+path (udp.py: reads, hot-path hits; misses.py: UDP misses on callbacks), TCP clients
+(tcp.py) and the coroutine miss path (resolution.py).
 Why the UDP path is shaped as it is, with the figures: bench/README.md, "Where splitdns's time goes".
 """
 
@@ -194,8 +195,10 @@ class Server:
         self.listeners.clear()
         for task in self.resolution.health_check_tasks:
             task.cancel()
-        if self.resolution.tasks:
-            await asyncio.wait(set(self.resolution.tasks), timeout=budget)
+        misses = self.udp.misses.in_flight()  # UDP misses on callbacks: no task to wait for
+        if self.resolution.tasks or misses:
+            await asyncio.wait(set(self.resolution.tasks) | {asyncio.ensure_future(m) for m in misses},
+                               timeout=budget)
         for _ in range(int(budget * 20)):
             if not self.connections.held:
                 break
@@ -213,3 +216,4 @@ class Server:
         self.listeners.clear()
         for task in self.resolution.tasks | self.resolution.health_check_tasks:
             task.cancel()
+        self.udp.misses.close()

@@ -2,8 +2,10 @@
 
 Cache hits and the block's own answers are rendered from wire bytes with no task and no
 dnspython, and sent with one sendmmsg per batch; a repeat within the same second is a memo
-lookup (memo.py). Anything else goes to the miss path (resolution.py) as a task. Why it is
-shaped so, with the figures: bench/README.md, "Where splitdns's time goes".
+lookup (memo.py). Anything else is carried out on loop callbacks (misses.py), with no task;
+only where that cannot be done (no zone, no epoll) does it go to the miss path as a task
+(resolution.py). Why it is shaped so, with the figures: bench/README.md, "Where splitdns's
+time goes" and "Misses on callbacks".
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from splitdns.core.zone import Zone
 from splitdns.directives import loadbalance
 from splitdns.shell import datagrams, logs
 from splitdns.shell.listener import Listener, Tally
+from splitdns.shell.misses import Misses
 from splitdns.shell.resolution import Resolution
 
 _TALLY = operator.attrgetter("tally")
@@ -31,6 +34,7 @@ class UdpPath:
     def __init__(self, clock: Callable[[], float], resolution: Resolution) -> None:
         self.clock = clock
         self.resolution = resolution
+        self.misses = Misses(resolution)
 
     def readable(self, listener: Listener) -> None:
         """One batch per wakeup (datagrams.BATCH): then the loop's other work gets a turn,
@@ -73,6 +77,8 @@ class UdpPath:
         if isinstance(verdict, bytes):
             batch.reply(i, verdict)
             self.resolution.account_unrouted(listener, "udp", data, verdict, now)
+            return
+        if self.misses.take(verdict, listener, batch.peer(i), len(data), now):
             return
         self.resolution.spawn(self._resolve(verdict, listener, batch.peer(i), len(data)))
 

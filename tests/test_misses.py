@@ -1,0 +1,252 @@
+"""The callback miss path (shell/misses.py): a UDP miss without task, coroutine or future.
+
+An in-process server (to see which path carried the miss) in front of scripted upstream
+processes on 127.0.0.x, asked by real UDP and TCP clients. The hostile suites
+(test_hostile_*.py) run the same path through `splitdns serve`; these tests pin what is
+particular to it: that it is the path taken, forgeries dropped while it waits, failover on
+its timer, TCP after truncation, merging with the coroutine path, a bug of ours answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TypeVar
+
+import dns.message
+import dns.rcode
+import pytest
+
+from splitdns import config
+from splitdns.core import resolve
+from splitdns.shell import misses, server
+from tests.helpers import query
+from tests.support.hostile import ask_tcp, ask_udp, names_seen, rdata
+from tests.support.processes import free_port, scripted_upstream
+
+T = TypeVar("T")
+GENUINE = "192.0.2.1"
+
+
+def serving(conf: config.Config, scenario: Callable[[server.Server], Awaitable[T]]) -> T:
+    """`scenario` against a started in-process server, closed after, within 20 s."""
+
+    async def run() -> T:
+        srv = server.Server(conf)
+        await srv.start()
+        try:
+            return await scenario(srv)
+        finally:
+            srv.close()
+
+    result: T = asyncio.run(asyncio.wait_for(run(), 20))
+    return result
+
+
+def corefile(port: int, forward: str, options: str = "") -> config.Config:
+    return config.loads(f". {{\n bind 127.0.0.1\n cache 30\n forward . {forward} {{\n {options}\n }}\n}}\n",
+                        default_port=port)
+
+
+async def udp(port: int, name: str, qid: int = 0x1234) -> dns.message.Message | None:
+    raw, _ = await asyncio.to_thread(ask_udp, port, query(name, qid=qid))
+    return None if raw is None else dns.message.from_wire(raw)
+
+
+def in_flight(srv: server.Server) -> list[object]:
+    return list(srv.resolution.flights.values())
+
+
+def test_a_miss_waits_on_callbacks_and_drops_forgeries_until_the_genuine_reply(tmp_path: Path) -> None:
+    forge = {"wrong_id": 1, "wrong_question": 1, "wrong_qtype": 1, "qr_clear": 1}
+    rules = [{"suffix": ".", "delay_ms": 400, "forge": forge, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            asked = asyncio.create_task(udp(port, "www.callback.test."))
+            await asyncio.sleep(0.2)  # the forgeries are in, the genuine reply is not
+            waiting = in_flight(srv)
+            assert len(waiting) == 1 and isinstance(waiting[0], misses.Miss)
+            assert not srv.resolution.tasks  # no task for the miss
+            assert srv.counters.mismatched == len(forge)
+            msg = await asked
+            assert msg is not None and msg.rcode() == dns.rcode.NOERROR and rdata(msg) == [GENUINE]
+            assert not in_flight(srv) and not srv.udp.misses.waiting
+            assert srv.counters.mismatched == len(forge)
+
+        serving(corefile(port, up.target), scenario)
+
+
+def test_a_timeout_on_the_callback_path_fails_over_to_the_next_upstream(tmp_path: Path) -> None:
+    answer = [{"suffix": ".", "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, [{"suffix": ".", "action": "drop"}], "127.0.0.31") as dead, \
+            scripted_upstream(tmp_path, answer, "127.0.0.32") as alive:
+
+        async def scenario(srv: server.Server) -> None:
+            began = time.monotonic()
+            msg = await udp(port, "www.failover.test.")
+            took = time.monotonic() - began
+            assert msg is not None and rdata(msg) == [GENUINE]
+            # The dead one was asked first (sequential) and its read_timeout ran out.
+            asked = [[n for n in names_seen(u) if n != "."] for u in (dead, alive)]  # not probes
+            assert asked == [["www.failover.test."], ["www.failover.test."]]
+            assert took >= 0.3
+            zone = next(iter(srv.zones.values()))
+            assert zone.stats.upstream[(dead.target, "timeout")].total == 1
+            assert zone.stats.upstream[(alive.target, "NOERROR")].total == 1
+            assert zone.forwards[0].upstreams[0].fails == 1  # its health knows it
+            assert not in_flight(srv)
+
+        serving(corefile(port, f"{dead.target} {alive.target}", "policy sequential\n read_timeout 300ms"),
+                scenario)
+
+
+def test_a_truncated_reply_is_asked_again_over_tcp(tmp_path: Path) -> None:
+    rules = [{"suffix": ".", "action": "truncate", "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            msg = await udp(port, "www.truncated.test.")
+            assert msg is not None and rdata(msg) == [GENUINE]
+            assert [q["transport"] for q in up.queries() if "qname" in q] == ["udp", "tcp"]
+            assert not in_flight(srv)
+
+        serving(corefile(port, up.target), scenario)
+
+
+def test_identical_queries_of_both_paths_share_one_upstream_query(tmp_path: Path) -> None:
+    rules = [{"suffix": ".", "delay_ms": 400, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            first = asyncio.create_task(udp(port, "www.merged.test.", 1))
+            await asyncio.sleep(0.1)
+            second = asyncio.create_task(udp(port, "WWW.merged.test.", 2))
+            # TCP goes through the coroutine path, which awaits the callback path's miss.
+            over_tcp = asyncio.create_task(asyncio.to_thread(ask_tcp, port, query("www.merged.test.", qid=3)))
+            await asyncio.sleep(0.1)
+            waiting = in_flight(srv)
+            assert len(waiting) == 1 and isinstance(waiting[0], misses.Miss)
+            assert len(waiting[0].waiters) == 2
+            answers = [await first, await second]
+            raw, _ = await over_tcp
+            assert raw is not None
+            answers.append(dns.message.from_wire(raw))
+            assert [m.id for m in answers if m is not None] == [1, 2, 3]
+            assert all(m is not None and rdata(m) == [GENUINE] for m in answers)
+            assert answers[1] is not None and answers[1].question[0].name.to_text() == "WWW.merged.test."
+            assert names_seen(up) == ["www.merged.test."]
+
+        serving(corefile(port, up.target), scenario)
+
+
+def test_a_udp_miss_joins_the_flight_a_tcp_client_started(tmp_path: Path) -> None:
+    """The other way round: the coroutine path (a TCP client) asks first; a UDP client of the
+    same question waits on its future from a callback, with no task, and gets its own answer."""
+    rules = [{"suffix": ".", "delay_ms": 400, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            over_tcp = asyncio.create_task(asyncio.to_thread(ask_tcp, port, query("www.joined.test.", qid=7)))
+            await asyncio.sleep(0.15)
+            [waiting] = in_flight(srv)
+            assert isinstance(waiting, asyncio.Future)  # the TCP client's task asks
+            tasks = len(srv.resolution.tasks)
+            over_udp = asyncio.create_task(udp(port, "Www.Joined.test.", 8))
+            await asyncio.sleep(0.1)
+            assert len(srv.resolution.tasks) == tasks  # the UDP client made none
+            msg = await over_udp
+            raw, _ = await over_tcp
+            assert raw is not None and msg is not None
+            assert msg.id == 8 and rdata(msg) == [GENUINE]
+            assert msg.question[0].name.to_text() == "Www.Joined.test."
+            assert dns.message.from_wire(raw).id == 7
+            assert names_seen(up) == ["www.joined.test."]
+
+        serving(corefile(port, up.target), scenario)
+
+
+def test_the_pending_cap_refuses_on_the_callback_path_as_the_zone_decides(tmp_path: Path) -> None:
+    rules = [{"suffix": ".", "delay_ms": 400, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            first = asyncio.create_task(udp(port, "one.capped.test.", 1))
+            await asyncio.sleep(0.1)
+            second = await udp(port, "two.capped.test.", 2)
+            assert second is not None and second.rcode() == dns.rcode.REFUSED
+            msg = await first
+            assert msg is not None and rdata(msg) == [GENUINE]
+            assert names_seen(up) == ["one.capped.test."]
+
+        capped = f". {{\n bind 127.0.0.1\n limits {{\n  pending 1\n }}\n forward . {up.target}\n}}\n"
+        serving(config.loads(capped, default_port=port), scenario)
+
+
+def test_a_bug_of_ours_on_the_callback_path_answers_servfail_and_is_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    rules = [{"suffix": ".", "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+    port = free_port("127.0.0.1")
+
+    def broken(self: resolve.Zone, *args: object) -> None:
+        raise RuntimeError("a bug in storing")
+
+    monkeypatch.setattr(resolve.Zone, "store", broken)
+    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            msg = await udp(port, "www.bug.test.")
+            assert msg is not None and msg.rcode() == dns.rcode.SERVFAIL
+            assert srv.internal_errors == 1
+            zone = next(iter(srv.zones.values()))
+            assert not in_flight(srv) and zone.pending == 0 and zone.forwards[0].inflight == 0
+
+        serving(corefile(port, up.target), scenario)
+
+
+def test_drain_waits_for_the_misses_in_flight(tmp_path: Path) -> None:
+    rules = [{"suffix": ".", "delay_ms": 300, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            asked = asyncio.create_task(udp(port, "www.drain.test."))
+            await asyncio.sleep(0.1)
+            assert any(isinstance(m, misses.Miss) for m in in_flight(srv))
+            began = time.monotonic()
+            await srv.drain(5.0)
+            assert not in_flight(srv)  # finished, not abandoned: its answer went to the cache
+            assert 0.1 <= time.monotonic() - began < 4.0
+            zone = next(iter(srv.zones.values()))
+            assert zone.cache is not None and len(zone.cache) == 1
+            await asked  # the listener closed first: no reply, as on the coroutine path
+
+        serving(corefile(port, up.target), scenario)
+
+
+def test_a_coroutine_that_comes_to_await_a_settled_miss_has_its_outcome_at_once(tmp_path: Path) -> None:
+    """`asyncio.shield(miss)` (resolution's `_flight`) first runs a turn of the loop later: the miss may
+    have settled by then, and the coroutine must not wait for an outcome that came already."""
+    rules = [{"suffix": ".", "delay_ms": 200, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            asked = asyncio.create_task(udp(port, "www.late.test."))
+            await asyncio.sleep(0.1)
+            [miss] = in_flight(srv)
+            assert isinstance(miss, misses.Miss)
+            msg = await asked
+            assert msg is not None and rdata(msg) == [GENUINE]
+            done, entry = await asyncio.wait_for(asyncio.shield(miss), 1.0)
+            assert done.reply is not None and entry is not None
+
+        serving(corefile(port, up.target), scenario)
