@@ -71,13 +71,18 @@ class Misses:
         if zone is None or not _EPOLL:
             return False
         res = self.resolution
-        decided = zone.begin(q, now)
-        if isinstance(decided, Answer):
-            res.carry_out(zone, q, decided, listener.router)
-            reply(zone, q, listener, peer, size, now, decided.reply, res)
+        try:
+            decided = zone.begin(q, now)
+            if isinstance(decided, Answer):
+                res.carry_out(zone, q, decided, listener.router)
+                reply(zone, q, listener, peer, size, now, decided.reply, res)
+                return True
+            waiter = (q, decided, listener, peer, size, now)
+            flight = zone.depart(q, decided, res.config().limits.pending)
+        except Exception as err:  # our own bug: the client still gets an answer, we a log line
+            res.internal_error(err)
+            reply(zone, q, listener, peer, size, now, wire.error_reply(q, dns.rcode.SERVFAIL), res)
             return True
-        waiter = (q, decided, listener, peer, size, now)
-        flight = zone.depart(q, decided, res.config().limits.pending)
         if isinstance(flight, Done):  # refused at the pending cap
             answer_each(zone, (waiter,), flight, None, res)
             return True
@@ -293,8 +298,9 @@ class Miss:
         if step.notes:
             res.emit(zone.block, flight.query, step.notes)
         self.outcome = outcome = (step.done, step.entry)
-        self._land()
-        answer_each(zone, self.waiters, step.done, step.entry, res)
+        self._land()  # no client joins from now on
+        waiters, self.waiters = self.waiters, []  # answered once, even if a bug stops us midway
+        answer_each(zone, waiters, step.done, step.entry, res)
         if self.future is not None:
             self.future.set_result(outcome)
 
