@@ -17,11 +17,9 @@ summary says how many of each passed, failed or were skipped.
 from __future__ import annotations
 
 import contextlib
-import io
 import sys
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from typing import TextIO
 
 import pytest
 
@@ -29,23 +27,9 @@ from splitdns import cli
 from tests.support import user_text
 
 
-class _Tee(io.TextIOBase):
-    """Writes through to the stream the test sees (capsys, pytest's capture) and keeps a copy."""
-
-    def __init__(self, through: TextIO) -> None:
-        self.through, self.copy = through, io.StringIO()
-
-    def write(self, text: str) -> int:
-        self.copy.write(text)
-        return self.through.write(text)
-
-    def flush(self) -> None:
-        self.through.flush()
-
-
 def _recording(main: Callable[..., int]) -> Callable[..., int]:
     def recorded(argv: Sequence[str] | None = None, *args: object, **kwargs: object) -> int:
-        out, err = _Tee(sys.stdout), _Tee(sys.stderr)
+        out, err = user_text.Tee(sys.stdout), user_text.Tee(sys.stderr)
         name = (list(argv or sys.argv[1:]) or ["splitdns"])[0]
         try:
             with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):  # type: ignore[type-var]

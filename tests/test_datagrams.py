@@ -31,7 +31,7 @@ from splitdns.shell import datagrams, server, udp
 from splitdns.shell import listener as listener_module
 from tests.helpers import reply
 from tests.support.hostile import ask_udp
-from tests.support.inprocess import FakeUpstream, Handle, run
+from tests.support.inprocess import FakeUpstream, Handle, run, with_server
 from tests.support.prerequisites import skip_or_fail
 from tests.support.processes import free_port
 
@@ -279,22 +279,6 @@ def test_opening_a_batch_leaves_a_waiting_query_queued() -> None:
         assert reader.receive() == 1 and reader.datagram(0) == b"early"
 
 
-def serving(conf: config.Config, scenario: Callable[[server.Server], Awaitable[T]],
-            clock: Callable[[], float] = time.monotonic) -> T:
-    """`scenario` against a started in-process server, closed after, within 20 s."""
-
-    async def run() -> T:
-        srv = server.Server(conf, clock=clock)
-        await srv.start()
-        try:
-            return await scenario(srv)
-        finally:
-            srv.close()
-
-    result: T = asyncio.run(asyncio.wait_for(run(), 20))
-    return result
-
-
 def serving_behind(handle: Handle, conf: Callable[[FakeUpstream], config.Config],
                    scenario: Callable[[server.Server], Awaitable[T]]) -> T:
     """`scenario` against a started in-process server whose upstream answers with `handle`."""
@@ -361,7 +345,7 @@ def test_a_failing_recvmmsg_turns_the_listener_to_one_by_one(monkeypatch: pytest
         second, _ = await asyncio.to_thread(ask_udp, port, notimp_query(8), 5)
         return type(listener.batch), [r[:2] if r else None for r in (first, second)]
 
-    kind, ids = serving(upstreamless(port), scenario)
+    kind, ids = with_server(upstreamless(port), scenario)
     assert kind is datagrams.OneByOne and ids == [b"\x00\x07", b"\x00\x08"]
 
 
@@ -390,7 +374,7 @@ def test_an_internal_error_on_one_datagram_loses_only_that_one(monkeypatch: pyte
             for c in clients:
                 c.close()
 
-    replies, errors = serving(upstreamless(port), scenario)
+    replies, errors = with_server(upstreamless(port), scenario)
     assert errors == 1 and replies[1] is None
     assert [r[:2] if r else None for r in (replies[0], replies[2])] == [b"\x00\x01", b"\x00\x03"]
     assert all(r is not None and r[3] & 0xF == dns.rcode.NOTIMP for r in (replies[0], replies[2]))
@@ -488,7 +472,7 @@ def test_the_server_reads_a_lone_query_alone_and_the_queue_behind_it_as_a_batch(
             for c in clients:
                 c.close()
 
-    replies = serving(upstreamless(port), scenario, clock=lambda: now[0])
+    replies = with_server(upstreamless(port), scenario, clock=lambda: now[0])
     assert reads == {"single": [1], "batch": [2]}
     assert [r[:2] if r else None for r in replies] == [b"\x00\x01", b"\x00\x02", b"\x00\x03"]
     assert all(r is not None and r[3] & 0xF == dns.rcode.NOTIMP for r in replies)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
@@ -24,25 +23,11 @@ from splitdns.core import resolve
 from splitdns.shell import misses, server
 from tests.helpers import query
 from tests.support.hostile import ask_tcp, ask_udp, names_seen, rdata
+from tests.support.inprocess import with_server
 from tests.support.processes import free_port, scripted_upstream
 
 T = TypeVar("T")
 GENUINE = "192.0.2.1"
-
-
-def serving(conf: config.Config, scenario: Callable[[server.Server], Awaitable[T]]) -> T:
-    """`scenario` against a started in-process server, closed after, within 20 s."""
-
-    async def run() -> T:
-        srv = server.Server(conf)
-        await srv.start()
-        try:
-            return await scenario(srv)
-        finally:
-            srv.close()
-
-    result: T = asyncio.run(asyncio.wait_for(run(), 20))
-    return result
 
 
 def corefile(port: int, forward: str, options: str = "") -> config.Config:
@@ -77,7 +62,7 @@ def test_a_miss_waits_on_callbacks_and_drops_forgeries_until_the_genuine_reply(t
             assert not in_flight(srv) and not srv.udp.misses.waiting
             assert srv.counters.mismatched == len(forge)
 
-        serving(corefile(port, up.target), scenario)
+        with_server(corefile(port, up.target), scenario)
 
 
 def test_a_timeout_on_the_callback_path_fails_over_to_the_next_upstream(tmp_path: Path) -> None:
@@ -101,7 +86,7 @@ def test_a_timeout_on_the_callback_path_fails_over_to_the_next_upstream(tmp_path
             assert zone.forwards[0].upstreams[0].fails == 1  # its health knows it
             assert not in_flight(srv)
 
-        serving(corefile(port, f"{dead.target} {alive.target}", "policy sequential\n read_timeout 300ms"),
+        with_server(corefile(port, f"{dead.target} {alive.target}", "policy sequential\n read_timeout 300ms"),
                 scenario)
 
 
@@ -116,7 +101,7 @@ def test_a_truncated_reply_is_asked_again_over_tcp(tmp_path: Path) -> None:
             assert [q["transport"] for q in up.queries() if "qname" in q] == ["udp", "tcp"]
             assert not in_flight(srv)
 
-        serving(corefile(port, up.target), scenario)
+        with_server(corefile(port, up.target), scenario)
 
 
 def test_identical_queries_of_both_paths_share_one_upstream_query(tmp_path: Path) -> None:
@@ -143,7 +128,7 @@ def test_identical_queries_of_both_paths_share_one_upstream_query(tmp_path: Path
             assert answers[1] is not None and answers[1].question[0].name.to_text() == "WWW.merged.test."
             assert names_seen(up) == ["www.merged.test."]
 
-        serving(corefile(port, up.target), scenario)
+        with_server(corefile(port, up.target), scenario)
 
 
 def test_a_udp_miss_joins_the_flight_a_tcp_client_started(tmp_path: Path) -> None:
@@ -170,7 +155,7 @@ def test_a_udp_miss_joins_the_flight_a_tcp_client_started(tmp_path: Path) -> Non
             assert dns.message.from_wire(raw).id == 7
             assert names_seen(up) == ["www.joined.test."]
 
-        serving(corefile(port, up.target), scenario)
+        with_server(corefile(port, up.target), scenario)
 
 
 def test_the_pending_cap_refuses_on_the_callback_path_as_the_zone_decides(tmp_path: Path) -> None:
@@ -188,7 +173,7 @@ def test_the_pending_cap_refuses_on_the_callback_path_as_the_zone_decides(tmp_pa
             assert names_seen(up) == ["one.capped.test."]
 
         capped = f". {{\n bind 127.0.0.1\n limits {{\n  pending 1\n }}\n forward . {up.target}\n}}\n"
-        serving(config.loads(capped, default_port=port), scenario)
+        with_server(config.loads(capped, default_port=port), scenario)
 
 
 def test_a_bug_of_ours_on_the_callback_path_answers_servfail_and_is_counted(
@@ -209,7 +194,7 @@ def test_a_bug_of_ours_on_the_callback_path_answers_servfail_and_is_counted(
             zone = next(iter(srv.zones.values()))
             assert not in_flight(srv) and zone.pending == 0 and zone.forwards[0].inflight == 0
 
-        serving(corefile(port, up.target), scenario)
+        with_server(corefile(port, up.target), scenario)
 
 
 def test_drain_waits_for_the_misses_in_flight(tmp_path: Path) -> None:
@@ -229,7 +214,7 @@ def test_drain_waits_for_the_misses_in_flight(tmp_path: Path) -> None:
             assert zone.cache is not None and len(zone.cache) == 1
             await asked  # the listener closed first: no reply, as on the coroutine path
 
-        serving(corefile(port, up.target), scenario)
+        with_server(corefile(port, up.target), scenario)
 
 
 def test_a_coroutine_that_comes_to_await_a_settled_miss_has_its_outcome_at_once(tmp_path: Path) -> None:
@@ -249,4 +234,4 @@ def test_a_coroutine_that_comes_to_await_a_settled_miss_has_its_outcome_at_once(
             done, entry = await asyncio.wait_for(asyncio.shield(miss), 1.0)
             assert done.reply is not None and entry is not None
 
-        serving(corefile(port, up.target), scenario)
+        with_server(corefile(port, up.target), scenario)

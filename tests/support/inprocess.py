@@ -21,12 +21,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
-import io
 import struct
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass, field
-from typing import Any, TextIO, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import dns.exception
 import dns.message
@@ -248,18 +248,6 @@ async def ask(port: int, query: dns.message.Message, *, tcp: bool = False, timeo
 # --- the server --------------------------------------------------------------------------------
 
 
-class _Tee(io.TextIOBase):
-    def __init__(self, through: TextIO) -> None:
-        self.through, self.copy = through, io.StringIO()
-
-    def write(self, text: str) -> int:
-        self.copy.write(text)
-        return self.through.write(text)
-
-    def flush(self) -> None:
-        self.through.flush()
-
-
 @dataclass
 class Serving:
     """A started server: its port, the Server (and Runtime), its clock and its log so far."""
@@ -267,7 +255,7 @@ class Serving:
     port: int
     clock: FakeClock | Callable[[], float]
     runtime: Runtime | None
-    _log: _Tee
+    _log: user_text.Tee
 
     def log(self) -> str:
         """What the server wrote to stderr (its log lines) since it started."""
@@ -290,7 +278,7 @@ async def serving(corefile: str, *, clock: FakeClock | Callable[[], float] | Non
     the_clock: FakeClock | Callable[[], float] = FakeClock() if clock is None else clock
     server = Server(loaded, clock=the_clock)
     life = Runtime(server, path, port) if runtime else None
-    tee = _Tee(sys.stderr)
+    tee = user_text.Tee(sys.stderr)
     with contextlib.redirect_stderr(tee):
         try:
             if life is not None:
@@ -319,3 +307,19 @@ async def http(port: int, path: str) -> tuple[int, str]:
 async def scrape(port: int) -> dict[str, float]:
     """The server's /metrics as {'name{labels}': value} (hostile.metric sums them)."""
     return await asyncio.to_thread(metrics, port)
+
+
+def with_server(conf: config.Config, scenario: Callable[[Server], Awaitable[T]],
+                clock: Callable[[], float] = time.monotonic) -> T:
+    """`scenario` against a started in-process server, closed after, within 20 s."""
+
+    async def run() -> T:
+        srv = Server(conf, clock=clock)
+        await srv.start()
+        try:
+            return await scenario(srv)
+        finally:
+            srv.close()
+
+    result: T = asyncio.run(asyncio.wait_for(run(), 20))
+    return result

@@ -8,8 +8,10 @@ what the suite drives fails the test that drove it.
 
 from __future__ import annotations
 
+import io
 import re
 from dataclasses import dataclass
+from typing import TextIO
 
 # `ClassName(field=...`, `ClassName('...')`, `ClassName()`, `ClassName(2, ...`: what repr() of a
 # dataclass, a namedtuple or an exception looks like. A CamelCase word glued to "(" is never
@@ -46,3 +48,17 @@ def take() -> list[tuple[str, str]]:
 def reprs(texts: list[tuple[str, str]]) -> list[Finding]:
     return [Finding(source, line.strip()) for source, text in texts for line in text.splitlines()
             if REPR.search(line)]
+
+
+class Tee(io.TextIOBase):
+    """Writes through to the stream the test sees (capsys, pytest's capture) and keeps a copy."""
+
+    def __init__(self, through: TextIO) -> None:
+        self.through, self.copy = through, io.StringIO()
+
+    def write(self, text: str) -> int:
+        self.copy.write(text)
+        return self.through.write(text)
+
+    def flush(self) -> None:
+        self.through.flush()
