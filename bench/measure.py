@@ -34,7 +34,7 @@ DNSPERF_GRACE = 30.0        # on top of -l: reading a big query file, then the 2
 # --- /proc: process trees, CPU, memory -------------------------------------------------------
 
 
-def _stat(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
     """Fields of /proc/PID/stat after the command name (which may hold spaces); None if gone."""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
@@ -45,7 +45,7 @@ def _stat(pid: int) -> list[str] | None:
 
 def start_ticks(pid: int) -> int | None:
     """When the process started, in clock ticks since boot: with the PID, a unique identity."""
-    fields = _stat(pid)
+    fields = stat_fields(pid)
     return int(fields[19]) if fields else None  # field 22 of stat(5)
 
 
@@ -53,7 +53,7 @@ def _parents() -> dict[int, int]:
     out: dict[int, int] = {}
     for entry in os.scandir("/proc"):
         if entry.name.isdigit():
-            fields = _stat(int(entry.name))
+            fields = stat_fields(int(entry.name))
             if fields:
                 out[int(entry.name)] = int(fields[1])
     return out
@@ -75,7 +75,7 @@ def cpu_seconds(pids: Iterable[int]) -> float:
     """User + system CPU time of these processes (all their threads), in seconds."""
     ticks = 0
     for pid in pids:
-        fields = _stat(pid)
+        fields = stat_fields(pid)
         if fields:
             ticks += int(fields[11]) + int(fields[12])  # utime, stime: fields 14 and 15
     return ticks / CLK_TCK

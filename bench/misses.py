@@ -44,12 +44,9 @@ def user_system(pids: list[int]) -> tuple[float, float]:
     """User and system CPU seconds of these processes."""
     user = system = 0
     for pid in pids:
-        try:
-            text = Path(f"/proc/{pid}/stat").read_text()
-        except OSError:
-            continue
-        fields = text[text.rindex(")") + 2:].split()
-        user, system = user + int(fields[11]), system + int(fields[12])
+        fields = measure.stat_fields(pid)
+        if fields is not None:
+            user, system = user + int(fields[11]), system + int(fields[12])
     return user / measure.CLK_TCK, system / measure.CLK_TCK
 
 
