@@ -114,14 +114,16 @@ class ForwardState:
         return ups
 
 
-@dataclass(frozen=True)
+# Send, Done and Exchange: slotted, not frozen, for the cost of building one per miss
+# (core/decisions.py). Values all the same: the shell reads them and never changes them.
+@dataclass(slots=True)
 class Send:
     upstream: UpstreamState
     tcp: bool
     timeout: float
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Done:
     """The outcome of an exchange: an upstream reply, or an rcode of our own with a reason."""
 
@@ -131,7 +133,7 @@ class Done:
     ede: tuple[int, str] | None = None
 
 
-@dataclass
+@dataclass(slots=True)
 class Exchange:
     """One client query's walk over a forward's upstreams (CoreDNS forward.go semantics)."""
 
