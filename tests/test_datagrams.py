@@ -353,10 +353,10 @@ def test_an_internal_error_on_one_datagram_loses_only_that_one(monkeypatch: pyte
     port = free_port("127.0.0.1")
     real = udp.UdpPath._answer_hit
 
-    def answer_hit(self: udp.UdpPath, q: wire.Query, *args: Any) -> bool:
+    def answer_hit(self: udp.UdpPath, zone: Any, q: wire.Query, *args: Any) -> bool:
         if b"boom" in q.name:
             raise RuntimeError("a bug of ours")
-        return real(self, q, *args)
+        return real(self, zone, q, *args)
 
     monkeypatch.setattr(udp.UdpPath, "_answer_hit", answer_hit)
     boom = dns.message.make_query("boom.example.", "A").to_wire()

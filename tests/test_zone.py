@@ -381,6 +381,22 @@ def test_the_steps_follow_directives_order(monkeypatch: pytest.MonkeyPatch) -> N
     assert b"\xc0\x00\x02\x50" in t.ask(q, answering(address="192.0.2.80"), 100.0)
 
 
+def test_a_query_the_hot_path_missed_is_counted_once_and_not_looked_up_again() -> None:
+    """The UDP hot path looked the query up a moment ago: `begin` counts the miss and walks
+    on from the step after the cache, so routing and lookup happen once per miss."""
+    zone = resolve.Zone(config.loads(HOT, "Corefile", env={}).blocks[0])
+    assert zone.cache is not None
+    q = parse("a.example.org.")
+    zone.cache.put(q.key, q.name, indexed(reply(query("a.example.org."), "a.example.org. 10 IN A 10.0.0.1")),
+                   100.0)
+    assert isinstance(zone.begin(q, 101.0, cache_checked=True), Forward)  # not looked up
+    assert (zone.stats.cache_misses, zone.stats.cache_hits) == (1, 0)
+    assert isinstance(zone.begin(q, 101.0), Answer)
+    assert (zone.stats.cache_misses, zone.stats.cache_hits) == (1, 1)
+    made = parse("made.example.org.")  # the steps after the cache still run
+    assert isinstance(zone.begin(made, 101.0, cache_checked=True), Answer)
+
+
 # -- the hot path makes the same decision --------------------------------------------------------
 
 class _Replies:
@@ -443,7 +459,7 @@ def test_the_udp_hot_path_answers_exactly_what_begin_answers(
         assert q is not None
         batch = _Replies()
         held = zone.local is not None and q.key in zone.local.answers  # the block made it before
-        hot = path._answer_hit(q, data, listener, batch, 0, [], now)  # type: ignore[arg-type]
+        hot = path._answer_hit(zone, q, data, listener, batch, 0, [], now)  # type: ignore[arg-type]
         hits_before = zone.stats.cache_hits
         decided = zone.begin(q, now)
         if hot:

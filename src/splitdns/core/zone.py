@@ -82,6 +82,8 @@ class Zone:
         self.local = Local(block) if steps_of(block) else None  # rewrite, template, hosts
         self.turn: int | None = 0 if block.loadbalance else None  # replies rotated so far
         self.steps = steps_for(self)
+        # What `begin` walks when the hot path has just found no fresh entry (`cache_checked`).
+        self.steps_past_cache = tuple(s for s in self.steps if s != Zone._cache_step)
 
     @property
     def name(self) -> str:
@@ -97,10 +99,16 @@ class Zone:
 
     # -- a query: begin, depart, settle, land, finish --------------------------------------------
 
-    def begin(self, q: wire.Query, now: float) -> Answer | Forward:
-        """The answer now, or the upstream exchange to make: the block's steps in order."""
+    def begin(self, q: wire.Query, now: float, cache_checked: bool = False) -> Answer | Forward:
+        """The answer now, or the upstream exchange to make: the block's steps in order.
+        `cache_checked`: the caller has just looked the query up in the cache and found no
+        fresh entry (the UDP hot path), so the cache step only counts the miss."""
         walk = _Walk()
-        for step in self.steps:
+        steps = self.steps
+        if cache_checked and self.cache is not None:
+            self.stats.cache_misses += 1
+            steps = self.steps_past_cache
+        for step in steps:
             decided = step(self, q, now, walk)
             if decided is not None:
                 if self.turn is not None and isinstance(decided, Answer):

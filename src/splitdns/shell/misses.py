@@ -64,15 +64,16 @@ class Misses:
         self.waiting: dict[int, Miss] = {}  # by socket descriptor
 
     def take(self, q: wire.Query, listener: Listener, peer: datagrams.Peer, size: int,
-             now: float) -> bool:
+             now: float, routed: Zone | None = None) -> bool:
         """Carry out what the zone decides for this UDP query; False leaves it to the
-        coroutine path (no zone, or no epoll here)."""
-        zone = listener.router.route(q.name)
+        coroutine path (no zone, or no epoll here). `routed`: the zone the hot path routed
+        `q` to and found no fresh entry for in its cache (not looked up again)."""
+        zone = routed or listener.router.route(q.name)
         if zone is None or not _EPOLL:
             return False
         res = self.resolution
         try:
-            decided = zone.begin(q, now)
+            decided = zone.begin(q, now, cache_checked=routed is not None)
             if isinstance(decided, Answer):
                 res.carry_out(zone, q, decided, listener.router)
                 reply(zone, q, listener, peer, size, now, decided.reply, res)

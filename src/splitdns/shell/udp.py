@@ -69,8 +69,11 @@ class UdpPath:
         """A datagram the memo did not know: a hit rendered anew, an error reply, or a miss."""
         data = batch.datagram(i)
         q = wire.parse_query(data)
-        if q is not None and self._answer_hit(q, data, listener, batch, i, hits, now):
-            return
+        zone = None
+        if q is not None:
+            zone = listener.router.route(q.name)
+            if zone is not None and self._answer_hit(zone, q, data, listener, batch, i, hits, now):
+                return
         verdict = queries.read(data) if q is None else q
         if verdict is None:
             return
@@ -78,19 +81,16 @@ class UdpPath:
             batch.reply(i, verdict)
             self.resolution.account_unrouted(listener, "udp", data, verdict, now)
             return
-        if self.misses.take(verdict, listener, batch.peer(i), len(data), now):
+        if self.misses.take(verdict, listener, batch.peer(i), len(data), now, zone):
             return
         self.resolution.spawn(self._resolve(verdict, listener, batch.peer(i), len(data)))
 
-    def _answer_hit(self, q: wire.Query, data: bytes, listener: Listener,
+    def _answer_hit(self, zone: Zone, q: wire.Query, data: bytes, listener: Listener,
                     batch: datagrams.Batch | datagrams.OneByOne, i: int,
                     hits: list[Tally], now: float) -> bool:
         """The hot path: a fresh cache entry answered from wire bytes. False on a miss.
         The reply is remembered (memo.py) unless the zone logs every query. The same
         decisions as `Zone.begin`'s cache and local steps, without building a decision."""
-        zone = listener.router.route(q.name)
-        if zone is None:
-            return False
         entry = zone.cache.get(q.key, now) if zone.cache is not None else None
         ttl: int | None = None
         held: dict[bytes, Entry] | None = None
