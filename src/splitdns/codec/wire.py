@@ -17,7 +17,6 @@ HEADER = struct.Struct("!HHHHHH")
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
 _FLAGS_QDCOUNT = struct.Struct("!HH")
-_ID_FLAGS_QDCOUNT = struct.Struct("!HHH")
 _TYPE_CLASS = struct.Struct("!HH")
 _OPT_FIXED = struct.Struct("!HHBBHH")  # type, payload, ext-rcode, version, flags, rdlength
 
@@ -48,8 +47,8 @@ _KEY_BITS = (b"\x00", b"\x01", b"\x02", b"\x03")  # a cache key's last byte: DO 
 class Query:
     """A plain query, read without dnspython. `key` identifies its answer in a cache."""
 
-    __slots__ = ("cd", "cookie", "do", "edns", "flags", "id", "key", "name", "payload", "qtype",
-                 "question")
+    __slots__ = ("cd", "cookie", "do", "edns", "flags", "id", "key", "max_udp", "name", "payload",
+                 "qtype", "question")
 
     def __init__(self, qid: int, flags: int, question: bytes, name: bytes, qtype: int,
                  edns: bool, payload: int, do: bool, cookie: bytes = b"") -> None:
@@ -64,10 +63,8 @@ class Query:
         self.cd = cd = bool(flags & CD)
         self.cookie = cookie      # the client cookie it carried (RFC 7873), else empty
         self.key = name + question[-4:] + _KEY_BITS[(do << 1) | cd]
-
-    @property
-    def max_udp(self) -> int:
-        return min(self.payload, EDNS_PAYLOAD) if self.edns else PLAIN_PAYLOAD
+        # The largest UDP reply the client takes (a slot, not a property: read on every reply).
+        self.max_udp = min(payload, EDNS_PAYLOAD) if edns else PLAIN_PAYLOAD
 
 
 def parse_query(data: bytes) -> Query | None:
@@ -102,10 +99,12 @@ def parse_query(data: bytes) -> Query | None:
         rtype, payload, _, version, eflags, rdlen = _OPT_FIXED.unpack_from(data, end + 1)
         if rtype != TYPE_OPT or version != 0 or end + 11 + rdlen != n:
             return None
-        found = client_cookie(data, end + 11, n)
-        if found is None:
-            return None
-        edns, do, cookie = True, bool(eflags & DO), found
+        if rdlen:
+            found = client_cookie(data, end + 11, n)
+            if found is None:
+                return None
+            cookie = found
+        edns, do = True, bool(eflags & DO)
         payload = max(payload, PLAIN_PAYLOAD)
     elif end != n:
         return None
@@ -233,11 +232,12 @@ def render(stored: bytes | memoryview, ttl_offsets: tuple[int, ...], ttl: int | 
     authority for what it relays or caches (RFC 1034 4.3.1, RFC 2181 5.4.1).
     """
     buf = bytearray(stored)
-    flags = _U16.unpack_from(stored, 2)[0] & ~(RD | CD | TC | AA)
-    flags |= RA | (q.flags & (RD | CD))
+    _, flags, _, ancount, nscount, arcount = HEADER.unpack_from(stored)
+    flags = (flags & ~(RD | CD | TC | AA)) | RA | (q.flags & (RD | CD))
     if not (q.do or q.flags & AD):
         flags &= ~AD  # RFC 6840 5.8: AD only for clients that asked for it
-    _ID_FLAGS_QDCOUNT.pack_into(buf, 0, q.id, flags, 1)  # the other counts stay the stored ones
+    # The stored counts, plus our OPT for a client that sent EDNS (appended below).
+    HEADER.pack_into(buf, 0, q.id, flags, 1, ancount, nscount, arcount + q.edns)
     buf[12:12 + len(q.question)] = q.question
     if ttl is not None:
         packed = ttl.to_bytes(4, "big")
@@ -249,8 +249,7 @@ def render(stored: bytes | memoryview, ttl_offsets: tuple[int, ...], ttl: int | 
             if value > cap:  # the top bit set means 0 (RFC 2181 8), and is sent as 0
                 _U32.pack_into(buf, off, 0 if value & 0x80000000 else cap)
     if q.edns:
-        buf += opt_record(q.do, _cookie(q))
-        _U16.pack_into(buf, 10, _U16.unpack_from(buf, 10)[0] + 1)
+        buf += opt_record(q.do, cookie_option(q.cookie)) if q.cookie else _OUR_OPT[q.do]
     return bytes(buf)
 
 
