@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import gc
 import os
 from collections.abc import Coroutine
@@ -15,6 +16,8 @@ from splitdns.shell.lifecycle import Runtime
 from splitdns.shell.server import Server
 
 EXIT_OK, EXIT_START, EXIT_CONFIG = 0, 1, 2
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD = 128 * 1024  # glibc's default starting value, kept from then on
 
 
 DEFAULT_CONF = "Corefile"
@@ -57,7 +60,23 @@ def run_loop(main: Coroutine[object, object, int]) -> int:
     return result
 
 
+def pin_mmap_threshold() -> bool:
+    """Keep glibc's mmap threshold where it starts, so that a freed large block goes back to
+    the system. By default glibc raises the threshold to the size of each mmapped block freed
+    (up to 32 MiB): once a cache's table has been resized, the next tables come from the
+    heap and stay in the process's RSS after they are freed. Under a flood of new names that
+    grew a server with a full `cache_memory 64MB` by about 20 MiB at each resize, past the
+    memory limit `render` sets (bench/README.md, "RSS against cached names"). False where
+    there is no glibc mallopt (musl's does nothing and says so; other systems lack it)."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    return bool(mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD))
+
+
 async def serve(loaded: config.Config, path: str | None, port: int = config.DEFAULT_PORT) -> int:
+    pin_mmap_threshold()
     runtime = Runtime(Server(loaded), path, port)
     try:
         await runtime.start()

@@ -26,11 +26,14 @@ _NOERROR, _SERVFAIL, _NXDOMAIN = int(dns.rcode.NOERROR), int(dns.rcode.SERVFAIL)
 
 
 # Bytes per entry beyond the key's and the entry's own: two bytes-object headers, the
-# OrderedDict's slot and node, and what the allocator keeps around them. Measured as the
-# process's RSS growth over 200k cached A answers (319 bytes an entry in all, of which key and
-# entry 111), not with tracemalloc, which sees only the objects (120) and let a cache of
-# `cache_memory 64MB` grow the process by 90 MB instead of 64.
-ENTRY_OVERHEAD = 208
+# OrderedDict's slot and node, and what the allocator keeps around them. Set from the RSS of
+# a cache kept full by a flood of new names (`python -m bench.cache_cost --flood`), not of one
+# filled once: evicting and inserting without end makes the dict rebuild its table at three
+# times the entries held, twice the table a fill leaves (the fill costs ~300 bytes an entry,
+# of which key and entry ~110). With glibc's mmap threshold pinned as `serve` does, a 64 MiB
+# cache grew the process by 53-59 MiB under a flood of a million names, short or long, at 288;
+# by 71 MiB at 208 (87-107 MiB without the pin). tracemalloc sees only the objects (120).
+ENTRY_OVERHEAD = 288
 
 
 class Cache:
