@@ -162,3 +162,19 @@ def test_schedstat_cpu_time_follows_the_cpu_time_the_kernel_accounts() -> None:
     spent = used() - rusage_before
     assert spent >= 0.1
     assert 0.8 * spent <= measure.run_seconds([os.getpid()]) - before <= 1.2 * spent + 0.02
+
+
+def test_miss_cost_runs_the_miss_paths_calls_and_prints_a_figure(capsys: pytest.CaptureFixture[str]) -> None:
+    from bench import miss_cost
+
+    assert miss_cost.main(["--misses", "300", "--laps", "2"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("core + codec: ") and "of 2 laps of 300 new names" in out
+    micros = float(out.split()[3])
+    assert 0 < micros < 10_000
+    lap = miss_cost.Lap()
+    data, upstream_reply = miss_cost.prepared(1)[0]
+    reply = lap.miss(data, upstream_reply)
+    assert reply[:2] == data[:2] and reply[3] & 0xF == 0  # the client's ID, NOERROR
+    with pytest.raises(SystemExit):  # the same name twice would be a hit, not a miss
+        lap.miss(data, upstream_reply)
