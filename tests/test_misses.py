@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 from typing import TypeVar
 
+import dns.flags
 import dns.message
 import dns.rcode
+import dns.rrset
 import pytest
 
 from splitdns import config
@@ -23,7 +25,8 @@ from splitdns.core import resolve
 from splitdns.shell import misses, server
 from tests.helpers import query
 from tests.support.hostile import ask_tcp, ask_udp, names_seen, rdata
-from tests.support.inprocess import with_server
+from tests.support.inprocess import FakeUpstream, serving, with_server
+from tests.support.inprocess import ask as ask_in_process
 from tests.support.processes import free_port, scripted_upstream
 
 T = TypeVar("T")
@@ -235,3 +238,29 @@ def test_a_coroutine_that_comes_to_await_a_settled_miss_has_its_outcome_at_once(
             assert done.reply is not None and entry is not None
 
         with_server(corefile(port, up.target), scenario)
+
+
+def test_an_upstream_reply_larger_than_a_page_is_read_whole_on_the_callback_path() -> None:
+    """We ask for 1232 bytes at most, yet an upstream may send more over UDP: the reply is
+    read whole (not cut at 4096 and dropped as unparseable), cached, and served in full over
+    TCP after the UDP client got the truncated reply its size allows."""
+    addresses = [f"10.{i // 250}.{i % 250}.1" for i in range(300)]
+
+    def large(q: dns.message.Message) -> bytes:
+        answer = dns.message.make_response(q)
+        answer.use_edns(-1)  # no OPT: dnspython would hold the reply to the size we asked for
+        answer.answer.append(dns.rrset.from_text_list(q.question[0].name, 60, "IN", "A", addresses))
+        data: bytes = answer.to_wire(max_size=65535)
+        return data
+
+    async def scenario() -> tuple[int, dns.message.Message | None, dns.message.Message | None]:
+        async with FakeUpstream(large) as up, \
+                serving(f". {{\n cache 30\n forward . {up.target}\n}}\n") as s:
+            on_udp = await s.ask(query("big.example."))
+            on_tcp = await ask_in_process(s.port, query("big.example."), tcp=True)
+            return len(large(query("big.example."))), on_udp, on_tcp
+
+    size, on_udp, on_tcp = asyncio.run(asyncio.wait_for(scenario(), 20))
+    assert size > 4096
+    assert on_udp is not None and on_udp.flags & dns.flags.TC
+    assert on_tcp is not None and len(rdata(on_tcp)) == 300

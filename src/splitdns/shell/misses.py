@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from splitdns.shell.resolution import Resolution
 
 POLLED = 256  # upstream sockets read per wakeup at most; the rest stay ready for the next
+UDP_LARGEST = 65535  # whatever an upstream sends is read whole (we ask for 1232 at most)
 _EPOLL = hasattr(select, "epoll")
 _EPOLLIN = getattr(select, "EPOLLIN", 1)
 _NONBLOCK = getattr(socket, "SOCK_NONBLOCK", 0)
@@ -62,6 +63,9 @@ class Misses:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.poll: select.epoll | None = None
         self.waiting: dict[int, Miss] = {}  # by socket descriptor
+        # Every upstream datagram is read into this one buffer and copied out at its size:
+        # recv(65535) costs a 64 KiB allocation per reply, about 1 us more than this.
+        self.buffer = memoryview(bytearray(UDP_LARGEST))
 
     def take(self, q: wire.Query, listener: Listener, peer: datagrams.Peer, size: int,
              now: float, routed: Zone | None = None) -> bool:
@@ -211,10 +215,11 @@ class Miss:
             return
         counters = self.res.counters
         qlen = self.qlen
+        buffer = self.misses.buffer
         try:
             for _ in range(64):  # bounded: a flood of forgeries cannot pin the loop here
                 try:
-                    data = sock.recv(65535)
+                    data = bytes(buffer[:sock.recv_into(buffer)])
                 except (BlockingIOError, InterruptedError):
                     return
                 except OSError as err:
