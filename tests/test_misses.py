@@ -10,6 +10,7 @@ its timer, TCP after truncation, merging with the coroutine path, a bug of ours 
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from pathlib import Path
 from typing import TypeVar
@@ -22,7 +23,7 @@ import pytest
 
 from splitdns import config
 from splitdns.core import resolve
-from splitdns.shell import misses, server
+from splitdns.shell import datagrams, misses, server
 from tests.helpers import query
 from tests.support.hostile import ask_tcp, ask_udp, names_seen, rdata
 from tests.support.inprocess import FakeUpstream, serving, with_server
@@ -264,3 +265,54 @@ def test_an_upstream_reply_larger_than_a_page_is_read_whole_on_the_callback_path
     assert size > 4096
     assert on_udp is not None and on_udp.flags & dns.flags.TC
     assert on_tcp is not None and len(rdata(on_tcp)) == 300
+
+
+def test_the_attempts_of_one_read_share_one_deadline_and_leave_it_as_they_end() -> None:
+    """One loop timer for the attempts sent in the same millisecond with the same timeout
+    (`misses.Deadline`): an answered attempt empties its slot at once, the others expire
+    together, fail over on a deadline of their own, and no deadline outlives its attempts."""
+
+    def handle(q: dns.message.Message) -> dns.message.Message | None:
+        if q.question[0].name.to_text().startswith("dead"):
+            return None  # a blackhole for these names
+        answer = dns.message.make_response(q)
+        answer.answer.append(dns.rrset.from_text(q.question[0].name, 60, "IN", "A", GENUINE))
+        return answer
+
+    async def scenario() -> tuple[list[tuple[int, int]], list[int | None]]:
+        async with FakeUpstream(handle) as up, serving(f". {{\n cache 30\n forward . {up.target} {{\n"
+                                                       " read_timeout 300ms\n max_fails 0\n }\n}\n") as s:
+            misses = s.server.udp.misses
+            clients = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
+            try:
+                for c, name in zip(clients, ["dead1.test.", "dead2.test.", "live.test."], strict=True):
+                    c.sendto(query(name).to_wire(), ("127.0.0.1", s.port))
+                listener = s.server.listeners[0]
+                listener.last_count = datagrams.BATCH  # as after a full read: the next is a batch
+                s.server.udp.readable(listener)  # one read, three misses sent at once
+                seen = [(d.live, len(d.members)) for d in misses.deadlines.values()]
+                deadline = next(iter(misses.deadlines.values()))
+                rcodes = [rcode_of(await asyncio.to_thread(_reply, clients[2]))]
+                seen.append((deadline.live, sum(m is None for m in deadline.members)))
+                rcodes += [rcode_of(await asyncio.to_thread(_reply, c)) for c in clients[:2]]
+                seen.append((len(misses.deadlines), len(misses.waiting)))
+                return seen, rcodes
+            finally:
+                for c in clients:
+                    c.close()
+
+    seen, rcodes = asyncio.run(asyncio.wait_for(scenario(), 20))
+    assert seen == [(3, 3), (2, 1), (0, 0)]  # one deadline; the answer left it; none outlived them
+    assert rcodes == [dns.rcode.NOERROR, dns.rcode.SERVFAIL, dns.rcode.SERVFAIL]
+
+
+def _reply(client: socket.socket) -> bytes | None:
+    client.settimeout(5)
+    try:
+        return client.recv(4096)
+    except TimeoutError:
+        return None
+
+
+def rcode_of(data: bytes | None) -> int | None:
+    return None if data is None else data[3] & 0xF
