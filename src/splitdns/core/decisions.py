@@ -116,7 +116,7 @@ def scrub(done: Done, zone: object, owner_of: Callable[[bytes], object]) -> Done
     Rare, so the reply is rewritten (`reply.rewrite_with_dnspython`).
     """
     reply = done.reply
-    if reply is None or all(owner_of(owner) is zone for owner in reply.owners):
+    if reply is None or not reply.owners or all(owner_of(owner) is zone for owner in reply.owners):
         return done
 
     def ours(rrset: dns.rrset.RRset) -> bool:

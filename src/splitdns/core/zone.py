@@ -307,7 +307,7 @@ class Zone:
     def handed_on(self, fwd: ForwardState, name: bytes, done: Done) -> ForwardState | None:
         """`next RCODE`: the forward after `fwd` (file order) that covers `name`, when the reply's
         rcode is one `fwd` hands on; None when the reply stands (no reply, no such forward)."""
-        if done.reply is None or done.reply.rcode() not in fwd.spec.next_rcodes:
+        if not fwd.spec.next_rcodes or done.reply is None or done.reply.rcode() not in fwd.spec.next_rcodes:
             return None
         later = self.forwards[self.forwards.index(fwd) + 1:]
         return next((f for f in later if f.covers(name)), None)
