@@ -2,6 +2,7 @@
 pod's pace (one query per wakeup) and under a queue (a batch per wakeup).
 
     python -m bench.wakeup [--rounds N] [--queue B] [--directive TEXT]... [--addresses N] [--qtype T]
+                           [--zones N]
 
 No dnsperf and no scheduler between client and server: a client socket sends, the read
 callback is called directly, the replies are drained and checked, over real loopback
@@ -15,6 +16,8 @@ query), then from the cache, then from the memo; only memo hits are timed. Loopb
 `--directive` adds a line to the server block (`loadbalance`, `template IN AAAA { rcode
 NOERROR }`, ...) to time the hits of a block that uses it; `--addresses` makes the upstream
 answer that many A records, `--qtype` asks another type (AAAA for such a template).
+`--zones N` serves N blocks (`z0.example` ...) and asks name i in block i mod N, as the
+zones curve of `make bench` does: what a hit costs as the number of zones grows.
 """
 
 from __future__ import annotations
@@ -70,21 +73,24 @@ def _drain(client: socket.socket) -> int:
 
 
 async def measure(rounds: int, queue: int, directives: tuple[str, ...] = (),
-                  qtype: str = "A") -> dict[str, float]:
+                  qtype: str = "A", zones: int = 1) -> dict[str, float]:
     """Median microseconds per hit: at a pod's pace, and with `queue` queries per wakeup."""
     loop = asyncio.get_running_loop()
     transport, _ = await loop.create_datagram_endpoint(Upstream, local_addr=("127.0.0.1", 0))
     up_port = transport.get_extra_info("sockname")[1]
     port = _free_port()
     extra = "".join(f" {line}\n" for line in directives)
-    srv = Server(config.loads(f".:{port} {{\n bind 127.0.0.1\n cache 3600\n{extra}"
-                              f" forward . 127.0.0.1:{up_port}\n}}\n"))
+    origins = ["."] if zones == 1 else [f"z{z}.example." for z in range(zones)]
+    srv = Server(config.loads("".join(f"{origin}:{port} {{\n bind 127.0.0.1\n cache 3600\n{extra}"
+                                      f" forward . 127.0.0.1:{up_port}\n}}\n" for origin in origins)))
     await srv.start()
     client = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     try:
         client.bind(("127.0.0.1", 0))
         client.setblocking(False)
-        queries = [dns.message.make_query(f"name{i}.example", qtype).to_wire() for i in range(NAMES)]
+        suffix = ["example"] if zones == 1 else [f"z{i % zones}.example" for i in range(NAMES)]
+        queries = [dns.message.make_query(f"name{i}.{suffix[i % len(suffix)]}", qtype).to_wire()
+                   for i in range(NAMES)]
         for _ in range(3):  # a miss, a hit rendered from the cache, a memo hit
             for data in queries:
                 client.sendto(data, ("127.0.0.1", port))
@@ -134,16 +140,18 @@ def main(argv: list[str]) -> None:
     p.add_argument("--directive", action="append", default=[], help="a line to add to the block")
     p.add_argument("--addresses", type=int, default=1, help="A records in each upstream answer (1)")
     p.add_argument("--qtype", default="A", help="the type asked (A)")
+    p.add_argument("--zones", type=int, default=1,
+                   help="server blocks, name i in block i mod N, as the zones curve (1: the root)")
     a = p.parse_args(argv)
     Upstream.addresses = max(1, a.addresses)
-    if a.rounds < 1 or not 1 <= a.queue <= BATCH:
+    if a.rounds < 1 or a.zones < 1 or not 1 <= a.queue <= BATCH:
         p.error(f"rounds must be >= 1 and queue within 1..{BATCH} (one read's worth)")
     try:
         import uvloop  # the loop splitdns serves on where it is installed
         run = uvloop.run
     except ImportError:
         run = asyncio.run
-    for label, micros in run(measure(a.rounds, a.queue, tuple(a.directive), a.qtype)).items():
+    for label, micros in run(measure(a.rounds, a.queue, tuple(a.directive), a.qtype, a.zones)).items():
         print(f"{label}: {micros:.2f} us per hit (median of {a.rounds} wakeups)")
 
 
