@@ -502,3 +502,21 @@ def test_any_namespace_renders(form: str, capsys: pytest.CaptureFixture[str]) ->
                      "--namespace", "kube-system", "--form", form])
     assert code == 0, capsys.readouterr().err
     assert "kube-system.svc.cluster.local" in capsys.readouterr().out
+
+
+def test_the_cpu_request_covers_what_the_benchmark_measured_at_a_pods_rate() -> None:
+    """The sidecar's CPU request is sized by bench/results.md's sidecar line (1,000 q/s of a
+    pod's mix): it may not fall under the median measured there. A new benchmark that
+    measures more makes this fail until the request follows."""
+    results = (Path(__file__).parent.parent / "bench" / "results.md").read_text()
+    row = next(line for line in results.splitlines()
+               if line.startswith("| splitdns | ") and "CPU at 1,000 q/s" not in line
+               and results.index(line) > results.index("## A realistic sidecar load"))
+    median_percent = float(row.split("|")[2].split()[0])
+    container = next(d for d in yaml.safe_load_all(rendered("deployment")["splitdns.yaml"])
+                     if d and d.get("kind") == "Deployment")["spec"]["template"]["spec"]
+    sidecar = next(c for c in [*container.get("initContainers", []), *container["containers"]]
+                   if c["name"] == "dns")
+    millicores = int(sidecar["resources"]["requests"]["cpu"].removesuffix("m"))
+    assert millicores >= median_percent * 10, (millicores, median_percent)
+    assert "limits" not in sidecar["resources"] or "cpu" not in sidecar["resources"]["limits"]

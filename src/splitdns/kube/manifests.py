@@ -78,11 +78,13 @@ def dns_container(plan: Plan, opts: Options) -> Doc:
     container["livenessProbe"] = _probe("/health", "health", 10, 3)
     # CPU: sized by the "A realistic sidecar load" line of bench/results.md (bench/mix.py): a pod's
     # mix at 1,000 q/s (90 % hits, 10 % misses, 4 % NXDOMAIN through the search list) took splitdns
-    # 8.9 and 12.2 % of one core (1 Dec, two --quick runs on a busy 2-core VM: upper figures).
-    # No CPU limit: a CFS quota throttles in bursts, which clients see as DNS timeouts. Memory: 29 MiB
-    # RSS after that load; the limit leaves room for a full cache (`limits { cache_memory }`, 64 MB
-    # by default, counted at what an entry costs the process) and the queries in flight.
-    container["resources"] = {"requests": {"cpu": "100m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
+    # 12.0 % of one core at the median of 3 rounds (11.8-19.6; 1 Dec, make bench at 3e9229b):
+    # 120m, requested as 150m for the rounds above the median. A pod that asks far less can lower
+    # it in its own manifests. No CPU limit: a CFS quota throttles in bursts, which clients see as
+    # DNS timeouts. Memory: 29 MiB RSS after that load; 97 MiB with a full cache (`limits {
+    # cache_memory }`, 64 MB by default, counted at what an entry costs the process under a flood
+    # of new names); the limit leaves room for it and the queries in flight.
+    container["resources"] = {"requests": {"cpu": "150m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
     container["securityContext"] = {
         "runAsNonRoot": True,
         "runAsUser": USER_ID,
