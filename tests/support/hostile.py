@@ -8,6 +8,7 @@ appends it there for the results file. Everything sent goes to 127.0.0.0/8.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
@@ -452,6 +453,9 @@ cluster.local 10.in-addr.arpa {{
 """
 
 
+START_ATTEMPTS = 3  # resolver start-ups tried when a port was taken under it
+
+
 @contextmanager
 def split_dns(tmp_path: Path, *, any_rules: Rules | None = None, tunnel_rules: Rules | None = None,
               cluster_rules: Rules | None = None, cache: str = "cache 300", any_forward: str = "",
@@ -461,14 +465,24 @@ def split_dns(tmp_path: Path, *, any_rules: Rules | None = None, tunnel_rules: R
     with scripted_upstream(tmp_path, any_rules or ANY_RULES, ANY_ADDR) as any_, \
             scripted_upstream(tmp_path, tunnel_rules or TUNNEL_RULES, TUNNEL_ADDR) as tunnel, \
             scripted_upstream(tmp_path, cluster_rules or CLUSTER_RULES, CLUSTER_ADDR) as cluster:
-        mport = free_port(RESOLVER)
-        hport, rport = (free_port(RESOLVER), free_port(RESOLVER)) if ops else (0, 0)
-        s = Split(None, any_, tunnel, cluster, mport, hport, rport)  # type: ignore[arg-type]
-        text = split_corefile(s, cache=cache, any_forward=any_forward, tunnel_forward=tunnel_forward,
-                              cluster_forward=cluster_forward, top=top, tunnel_cache=tunnel_cache)
-        with splitdns_serve(tmp_path, text) as r:
-            s.r = r
-            yield s
+        for attempt in range(START_ATTEMPTS):
+            mport = free_port(RESOLVER)
+            hport, rport = (free_port(RESOLVER), free_port(RESOLVER)) if ops else (0, 0)
+            s = Split(None, any_, tunnel, cluster, mport, hport, rport)  # type: ignore[arg-type]
+            text = split_corefile(s, cache=cache, any_forward=any_forward, tunnel_forward=tunnel_forward,
+                                  cluster_forward=cluster_forward, top=top, tunnel_cache=tunnel_cache)
+            started = contextlib.ExitStack()
+            try:
+                s.r = started.enter_context(splitdns_serve(tmp_path, text))
+            except RuntimeError as err:
+                # free_port's ports were free a moment ago; any socket a test opens may take
+                # one from the same ephemeral range before splitdns binds it: new ports.
+                if "address already in use" not in str(err) or attempt == START_ATTEMPTS - 1:
+                    raise
+                continue
+            with started:
+                yield s
+            return
 
 
 def names_seen(up: Upstream, qtype: str | None = None) -> list[str]:
