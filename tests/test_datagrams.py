@@ -31,7 +31,7 @@ from splitdns.shell import datagrams, server, udp
 from splitdns.shell import listener as listener_module
 from tests.helpers import reply
 from tests.support.hostile import ask_udp
-from tests.support.inprocess import FakeUpstream, Handle, run, with_server
+from tests.support.inprocess import FakeUpstream, Handle, replies_to, run, with_server
 from tests.support.prerequisites import skip_or_fail
 from tests.support.processes import free_port
 
@@ -312,18 +312,6 @@ def notimp_query(qid: int) -> bytes:
     data = bytearray(query.to_wire())
     data[2] |= 2 << 3  # opcode STATUS: answered NOTIMP at once, no upstream involved
     return bytes(data)
-
-
-def replies_to(clients: list[socket.socket]) -> list[bytes | None]:
-    """Each client's reply, or None where none came within half a second."""
-    replies: list[bytes | None] = []
-    for c in clients:
-        c.settimeout(0.5)
-        try:
-            replies.append(c.recv(4096))
-        except TimeoutError:
-            replies.append(None)
-    return replies
 
 
 def test_a_failing_recvmmsg_turns_the_listener_to_one_by_one(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -25,8 +25,8 @@ from splitdns import config
 from splitdns.core import resolve
 from splitdns.shell import datagrams, misses, server
 from tests.helpers import query
-from tests.support.hostile import ask_tcp, ask_udp, names_seen, rdata
-from tests.support.inprocess import FakeUpstream, serving, with_server
+from tests.support.hostile import ask_tcp, ask_udp, names_seen, rcode_of, rdata
+from tests.support.inprocess import FakeUpstream, replies_to, serving, with_server
 from tests.support.inprocess import ask as ask_in_process
 from tests.support.processes import free_port, scripted_upstream
 
@@ -279,7 +279,7 @@ def test_the_attempts_of_one_read_share_one_deadline_and_leave_it_as_they_end() 
         answer.answer.append(dns.rrset.from_text(q.question[0].name, 60, "IN", "A", GENUINE))
         return answer
 
-    async def scenario() -> tuple[list[tuple[int, int]], list[int | None]]:
+    async def scenario() -> tuple[list[tuple[int, int]], list[str]]:
         async with FakeUpstream(handle) as up, serving(f". {{\n cache 30\n forward . {up.target} {{\n"
                                                        " read_timeout 300ms\n max_fails 0\n }\n}\n") as s:
             misses = s.server.udp.misses
@@ -301,27 +301,15 @@ def test_the_attempts_of_one_read_share_one_deadline_and_leave_it_as_they_end() 
                     del loop.time
                 seen = [(d.live, len(d.members)) for d in misses.deadlines.values()]
                 deadline = next(iter(misses.deadlines.values()))
-                rcodes = [rcode_of(await asyncio.to_thread(_reply, clients[2]))]
+                replies = await asyncio.to_thread(replies_to, clients[2:], 5)
                 seen.append((deadline.live, sum(m is None for m in deadline.members)))
-                rcodes += [rcode_of(await asyncio.to_thread(_reply, c)) for c in clients[:2]]
+                replies += await asyncio.to_thread(replies_to, clients[:2], 5)
                 seen.append((len(misses.deadlines), len(misses.waiting)))
-                return seen, rcodes
+                return seen, [rcode_of(r) for r in replies]
             finally:
                 for c in clients:
                     c.close()
 
     seen, rcodes = asyncio.run(asyncio.wait_for(scenario(), 20))
     assert seen == [(3, 3), (2, 1), (0, 0)]  # one deadline; the answer left it; none outlived them
-    assert rcodes == [dns.rcode.NOERROR, dns.rcode.SERVFAIL, dns.rcode.SERVFAIL]
-
-
-def _reply(client: socket.socket) -> bytes | None:
-    client.settimeout(5)
-    try:
-        return client.recv(4096)
-    except TimeoutError:
-        return None
-
-
-def rcode_of(data: bytes | None) -> int | None:
-    return None if data is None else data[3] & 0xF
+    assert rcodes == ["NOERROR", "SERVFAIL", "SERVFAIL"]

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import inspect
+import socket
 import struct
 import sys
 import time
@@ -307,6 +308,18 @@ async def http(port: int, path: str) -> tuple[int, str]:
 async def scrape(port: int) -> dict[str, float]:
     """The server's /metrics as {'name{labels}': value} (hostile.metric sums them)."""
     return await asyncio.to_thread(metrics, port)
+
+
+def replies_to(clients: list[socket.socket], timeout: float = 0.5) -> list[bytes | None]:
+    """Each client's reply, or None where none came within `timeout` seconds."""
+    replies: list[bytes | None] = []
+    for c in clients:
+        c.settimeout(timeout)
+        try:
+            replies.append(c.recv(4096))
+        except TimeoutError:
+            replies.append(None)
+    return replies
 
 
 def with_server(conf: config.Config, scenario: Callable[[Server], Awaitable[T]],
