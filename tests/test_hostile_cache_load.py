@@ -44,6 +44,7 @@ from tests.support.hostile import (
     rss_kib,
     split_dns,
     udp_burst,
+    udp_outcome,
     wire_of,
 )
 from tests.support.prerequisites import need_root, need_tools
@@ -567,21 +568,6 @@ def test_j2_startup_time(tmp_path: Path) -> None:
     assert len(times) == 5 and max(times) <= 1.0
 
 
-def _ask_telling_refused(port: int, name: str) -> str:
-    """The rcode of one query's reply; "TIMEOUT" without one in 1 s, "PORT UNREACHABLE" when
-    the kernel refused it at once (nothing bound to the port)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.settimeout(1)
-        sock.connect((RESOLVER, port))
-        sock.send(query(name).to_wire())
-        try:
-            return rcode_of(sock.recv(65535))
-        except ConnectionRefusedError:
-            return "PORT UNREACHABLE"
-        except TimeoutError:
-            return "TIMEOUT"
-
-
 @pytest.mark.hostile
 def test_j3_sigkill_and_restart_under_load(tmp_path: Path) -> None:
     """SIGTERM under load is tests/test_operations.py's; this is SIGKILL with a supervisor."""
@@ -599,7 +585,7 @@ def test_j3_sigkill_and_restart_under_load(tmp_path: Path) -> None:
             for i in range(100_000):
                 if stop_load.is_set():
                     break
-                results.append((time.monotonic(), _ask_telling_refused(port, f"k{i % 50}.example.")))
+                results.append((time.monotonic(), udp_outcome(port, query(f"k{i % 50}.example."), 1)))
                 time.sleep(0.01)
 
         try:

@@ -78,6 +78,23 @@ def ask_udp(port: int, msg: dns.message.Message | bytes, timeout: float = 3.0,
     The socket is connected to the resolver, so only its datagrams arrive: on a machine where
     other tests run, a late reply of another process to a port this socket reuses is dropped
     by the kernel instead of being taken for the resolver's."""
+    data, seconds, _ = _ask_udp_telling_refused(port, msg, timeout, addr)
+    return data, seconds
+
+
+def udp_outcome(port: int, msg: dns.message.Message | bytes, timeout: float = 3.0,
+                addr: str = RESOLVER) -> str:
+    """One query as `ask_udp` asks it: the reply's rcode, "TIMEOUT" without one in `timeout`,
+    or "PORT UNREACHABLE" when the kernel refused it at once (nothing bound to the port), which
+    `ask_udp` cannot tell from a timeout."""
+    data, _, refused = _ask_udp_telling_refused(port, msg, timeout, addr)
+    return "PORT UNREACHABLE" if refused else rcode_of(data)
+
+
+def _ask_udp_telling_refused(port: int, msg: dns.message.Message | bytes, timeout: float,
+                             addr: str) -> tuple[bytes | None, float, bool]:
+    """The reply (None without one), the seconds from the send, and whether the kernel
+    refused the query at once (port unreachable) rather than letting it time out."""
     assert_loopback(addr)
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
         sock.settimeout(timeout)
@@ -85,10 +102,11 @@ def ask_udp(port: int, msg: dns.message.Message | bytes, timeout: float = 3.0,
         start = time.monotonic()
         sock.send(wire_of(msg))
         try:
-            data = sock.recv(65535)
-        except (TimeoutError, ConnectionRefusedError):
-            return None, time.monotonic() - start
-        return data, time.monotonic() - start
+            return sock.recv(65535), time.monotonic() - start, False
+        except TimeoutError:
+            return None, time.monotonic() - start, False
+        except ConnectionRefusedError:
+            return None, time.monotonic() - start, True
 
 
 def ask_tcp(port: int, msg: dns.message.Message | bytes, timeout: float = 3.0,
