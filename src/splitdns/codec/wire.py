@@ -249,7 +249,7 @@ def render(stored: bytes | memoryview, ttl_offsets: tuple[int, ...], ttl: int | 
             if value > cap:  # the top bit set means 0 (RFC 2181 8), and is sent as 0
                 _U32.pack_into(buf, off, 0 if value & 0x80000000 else cap)
     if q.edns:
-        buf += opt_record(q.do, cookie_option(q.cookie)) if q.cookie else _OUR_OPT[q.do]
+        buf += _reply_opt(q)
     return bytes(buf)
 
 
@@ -258,7 +258,7 @@ def truncated(q: Query, flags: int) -> bytes:
     out_flags = (flags & ~(RD | CD | AD | AA | RCODE_MASK)) | TC | QR | RA | (q.flags & (RD | CD))
     out_flags |= flags & RCODE_MASK
     header = HEADER.pack(q.id, out_flags, 1, 0, 0, 1 if q.edns else 0)
-    return header + q.question + (opt_record(q.do, _cookie(q)) if q.edns else b"")
+    return header + q.question + (_reply_opt(q) if q.edns else b"")
 
 
 def error_reply(q: Query, rcode: int, ede: tuple[int, str] | None = None) -> bytes:
@@ -271,6 +271,11 @@ def error_reply(q: Query, rcode: int, ede: tuple[int, str] | None = None) -> byt
     if not q.edns:
         return header + q.question
     return header + q.question + opt_record(q.do, _cookie(q) + (ede_option(*ede) if ede else b""))
+
+
+def _reply_opt(q: Query) -> bytes:
+    """The OPT record of a reply to an EDNS client: prebuilt unless it sent a cookie."""
+    return opt_record(q.do, cookie_option(q.cookie)) if q.cookie else _OUR_OPT[q.do]
 
 
 def _cookie(q: Query) -> bytes:
