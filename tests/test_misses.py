@@ -32,6 +32,8 @@ from tests.support.processes import free_port, scripted_upstream
 
 T = TypeVar("T")
 GENUINE = "192.0.2.1"
+# An upstream that answers every name after 400 ms: long enough for other clients to join.
+SLOW_GENUINE = [{"suffix": ".", "delay_ms": 400, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
 
 
 def corefile(port: int, forward: str, options: str = "") -> config.Config:
@@ -109,9 +111,8 @@ def test_a_truncated_reply_is_asked_again_over_tcp(tmp_path: Path) -> None:
 
 
 def test_identical_queries_of_both_paths_share_one_upstream_query(tmp_path: Path) -> None:
-    rules = [{"suffix": ".", "delay_ms": 400, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
     port = free_port("127.0.0.1")
-    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+    with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:
             first = asyncio.create_task(udp(port, "www.merged.test.", 1))
@@ -138,9 +139,8 @@ def test_identical_queries_of_both_paths_share_one_upstream_query(tmp_path: Path
 def test_a_udp_miss_joins_the_flight_a_tcp_client_started(tmp_path: Path) -> None:
     """The other way round: the coroutine path (a TCP client) asks first; a UDP client of the
     same question waits on its future from a callback, with no task, and gets its own answer."""
-    rules = [{"suffix": ".", "delay_ms": 400, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
     port = free_port("127.0.0.1")
-    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+    with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:
             over_tcp = asyncio.create_task(asyncio.to_thread(ask_tcp, port, query("www.joined.test.", qid=7)))
@@ -163,9 +163,8 @@ def test_a_udp_miss_joins_the_flight_a_tcp_client_started(tmp_path: Path) -> Non
 
 
 def test_the_pending_cap_refuses_on_the_callback_path_as_the_zone_decides(tmp_path: Path) -> None:
-    rules = [{"suffix": ".", "delay_ms": 400, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
     port = free_port("127.0.0.1")
-    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+    with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:
             first = asyncio.create_task(udp(port, "one.capped.test.", 1))
