@@ -1,0 +1,1 @@
+"""CoreDNS's own test tables, ported as data (see NOTICE.md here)."""
