@@ -35,6 +35,12 @@ FILES = (
     "core/dnsserver/address_test.go", "core/dnsserver/register_test.go",
     "plugin/normalize_test.go",
 )
+# Behaviour tables (a reply in, what the client gets out): a package-level `var NAME = []struct`
+# table is named by its variable.
+BEHAVIOUR = (
+    "plugin/cache/cache_test.go", "plugin/loadbalance/loadbalance_test.go",
+    "plugin/rewrite/reverter_test.go",
+)
 
 _TOKEN = re.compile(r"""
     (?P<space>\s+|//[^\n]*|/\*.*?\*/)
@@ -121,8 +127,11 @@ def tables(path: Path, rel: str) -> list[dict[str, Any]]:
         word = toks[i][1]
         if word == "func" and i + 1 < len(toks):
             function = toks[i + 1][1]
+        table = function
+        if i >= 3 and toks[i - 1][1] == "=" and toks[i - 3][1] == "var":
+            table = toks[i - 2][1]  # a package-level table, named by its variable
         if (word == "[" and toks[i + 1][1] == "]" and toks[i + 2][1] == "struct"
-                and toks[i + 3][1] == "{" and function.startswith("Test")):
+                and toks[i + 3][1] == "{" and (table.startswith("Test") or table != function)):
             close = _matching(toks, i + 3)
             fields = []
             # struct fields are one per line: `name type`, names possibly grouped `a, b type`
@@ -141,7 +150,7 @@ def tables(path: Path, rel: str) -> list[dict[str, Any]]:
                 if toks[lo][1] != "{":
                     continue
                 inner_end = _matching(toks, lo)
-                row: dict[str, Any] = {"file": rel, "test": function, "row": index,
+                row: dict[str, Any] = {"file": rel, "test": table, "row": index,
                                        "line": text.count("\n", 0, toks[lo][2]) + 1}
                 for n, (a, b) in enumerate(_split(toks, lo + 1, inner_end)):
                     if b - a >= 2 and toks[a][0] == "word" and toks[a + 1][1] == ":":
@@ -157,7 +166,8 @@ def tables(path: Path, rel: str) -> list[dict[str, Any]]:
 def main(argv: list[str]) -> int:
     root, release = Path(argv[1]), argv[2]
     out = {"release": release, "source": "https://github.com/coredns/coredns",
-           "rows": [row for rel in FILES for row in tables(root / rel, rel)]}
+           "rows": [row for rel in FILES for row in tables(root / rel, rel)],
+           "behaviour": [row for rel in BEHAVIOUR for row in tables(root / rel, rel)]}
     json.dump(out, sys.stdout, indent=1, ensure_ascii=False)
     sys.stdout.write("\n")
     return 0

@@ -30,6 +30,8 @@ PLUGIN_OF = {
 }
 
 NOT_PORTED = {
+    ("plugin/loadbalance/setup_test.go", "testWeighted"):
+        "weight files of `loadbalance weighted`, which we refuse (its setup rows are ported)",
     ("core/dnsserver/address_test.go", "TestSplitProtocolHostPort"):
         "a Go helper for the addresses the server reports at start-up; no Corefile text reaches it",
     ("plugin/pkg/parse/parse_test.go", "TestTransferIn"):

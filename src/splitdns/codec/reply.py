@@ -32,7 +32,7 @@ _U32 = struct.Struct("!I")
 
 T_A, T_NS, T_CNAME, T_SOA, T_PTR, T_MX, T_TXT, T_AAAA, T_SRV, T_DNAME, T_OPT = (
     1, 2, 5, 6, 12, 15, 16, 28, 33, 39, 41)
-T_TSIG = 250
+T_TSIG, T_RRSIG = 250, 46
 MAX_POINTER_HOPS = 16  # compression pointers followed in one name (dnspython's limit)
 C_IN = 1
 _IN_ONLY = frozenset({T_A, T_AAAA, T_SRV})  # the hand-checked types whose rules are class IN's
@@ -48,11 +48,11 @@ class Reply:
     """What the core needs to know of a valid upstream reply."""
 
     __slots__ = ("ancount", "arcount", "data", "flags", "min_ttl", "nscount", "offsets", "owners",
-                 "qdcount", "rcode_value", "soa_ttl", "stored")
+                 "plain", "qdcount", "rcode_value", "soa_ttl", "stored")
 
     def __init__(self, data: bytes, flags: int, rcode: int, counts: tuple[int, int, int, int],
                  min_ttl: int | None, soa_ttl: int | None, stored: bytes, offsets: tuple[int, ...],
-                 owners: tuple[bytes, ...] = ()) -> None:
+                 owners: tuple[bytes, ...] = (), plain: bool = True) -> None:
         self.data = data
         self.flags = flags
         self.rcode_value = rcode
@@ -62,6 +62,9 @@ class Reply:
         self.stored = stored        # the reply without OPT, ID zero: what the cache keeps
         self.offsets = offsets      # where each TTL sits in `stored`
         self.owners = owners        # lower-cased owner names in authority and additional (not OPT)
+        # The answer holds a record of the asked type and no CNAME, DNAME or RRSIG anywhere:
+        # it answers the question, and the cache need not look closer (core/cache.py).
+        self.plain = plain
 
     def rcode(self) -> int:
         return self.rcode_value
@@ -141,6 +144,8 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int],
     owners: list[bytes] = []
     rcode = flags & wire.RCODE_MASK
     total = ancount + nscount + arcount
+    qtype = _U16.unpack_from(data, pos - 4)[0] if qdcount == 1 else -1
+    asked = odd = False
     for index in range(total):
         start = pos
         first = data[pos]
@@ -177,6 +182,13 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int],
         elif rtype == T_TSIG:
             return None  # we never sign; dnspython refuses a signed message without its key
         else:
+            if rtype == T_RRSIG:
+                odd = True
+            elif index < ancount:
+                if rtype == qtype:
+                    asked = True
+                elif rtype in (T_CNAME, T_DNAME):
+                    odd = True
             if index >= ancount:
                 owners.append(owner(data, start))
             offsets.append(pos + 4)
@@ -197,7 +209,8 @@ def _walk(data: bytes, n: int, flags: int, counts: tuple[int, int, int, int],
         if offsets and offsets[-1] > opt_start:  # offsets grow: the last is the largest
             raise Unusual("OPT is not the last record")
         stored = wire.HEADER.pack(0, flags, qdcount, ancount, nscount, arcount - 1) + data[12:opt_start]
-    return Reply(data, flags, rcode, counts, min_ttl, soa_ttl, stored, tuple(offsets), tuple(owners))
+    return Reply(data, flags, rcode, counts, min_ttl, soa_ttl, stored, tuple(offsets), tuple(owners),
+                 asked and not odd)
 
 
 def _names_in_ttls(read: list[tuple[int, int]], offsets: list[int]) -> bool:

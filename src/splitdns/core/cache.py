@@ -17,12 +17,14 @@ import dns.rcode
 from splitdns.codec import entries, wire
 from splitdns.codec.entries import Entry
 from splitdns.codec.reply import Reply
+from splitdns.core import answers
 from splitdns.directives.cache import CacheSpec
 
 SUCCESS, DENIAL, SERVFAIL = entries.SUCCESS, entries.DENIAL, entries.SERVFAIL
 STALE_TTL = 30  # RFC 8767 4: the TTL of a stale answer
 STALE_RECHECK = 30.0  # RFC 8767 4: after a refresh is tried, the next one waits this long
 _NOERROR, _SERVFAIL, _NXDOMAIN = int(dns.rcode.NOERROR), int(dns.rcode.SERVFAIL), int(dns.rcode.NXDOMAIN)
+_NOTIMP = int(dns.rcode.NOTIMP)
 
 
 # Bytes per entry beyond the key's and the entry's own: two bytes-object headers, the
@@ -37,6 +39,10 @@ ENTRY_OVERHEAD = 288
 
 
 class Cache:
+    # The wall clock minus the clock `now` is read from (monotonic), set by the shell when it
+    # starts: RRSIG validity is wall time. Zero leaves every signature judged at `now`.
+    wall_offset = 0.0
+
     def __init__(self, spec: CacheSpec, max_bytes: int = 64 * 1024 * 1024) -> None:
         self.spec = spec
         self.max_bytes = max_bytes
@@ -132,7 +138,7 @@ class Cache:
         """Store a validated upstream reply if it may be cached; the entry, or None."""
         if reply.flags & wire.TC or (self._zones and not self._covers(name)):
             return None
-        kind, ttl = self._classify(reply, name)
+        kind, ttl = self._classify(reply, name, now)
         if kind is None or ttl <= 0:
             return None  # TTL 0: use once, never cache (RFC 1035 3.2.1, RFC 2181 8)
         entry = entries.make(reply.stored, reply.offsets, kind, ttl, now)
@@ -180,21 +186,31 @@ class Cache:
     def _covers(self, name: bytes) -> bool:
         return not self._zones or any(wire.is_subdomain(name, zone) for zone in self._zones)
 
-    def _classify(self, reply: Reply, name: bytes) -> tuple[str | None, float]:
+    def _classify(self, reply: Reply, name: bytes, now: float) -> tuple[str | None, float]:
         spec = self.spec
         rcode = reply.rcode_value
         if rcode == _NOERROR and reply.ancount:
+            if not reply.plain:
+                answered, expired = answers.judge(reply.data, now + self.wall_offset)
+                if expired:
+                    return None, 0  # CoreDNS's Typify: an expired signature is an error
+                if not answered:  # a CNAME chain short of the asked type is NODATA (RFC 2308 5)
+                    return self._denial_of(reply, name)
             if spec.disable_success and _under(name, self._no_success):
                 return None, 0
             return SUCCESS, min(max(reply.min_ttl or 0, spec.success_min_ttl), spec.success_ttl)
-        if rcode == _SERVFAIL:
+        if rcode in (_SERVFAIL, _NOTIMP):  # CoreDNS's ServerError: kept `servfail` long
             return (SERVFAIL, spec.servfail_ttl) if spec.servfail_ttl > 0 else (None, 0)
         if rcode in (_NOERROR, _NXDOMAIN):
-            soa = reply.soa_ttl
-            if soa is None or (spec.disable_denial and _under(name, self._no_denial)):
-                return None, 0  # RFC 2308: a negative answer without SOA is not cached
-            return DENIAL, _clamp(soa, spec.denial_min_ttl, spec.denial_ttl)
+            return self._denial_of(reply, name)
         return None, 0
+
+    def _denial_of(self, reply: Reply, name: bytes) -> tuple[str | None, float]:
+        spec = self.spec
+        soa = reply.soa_ttl
+        if soa is None or (spec.disable_denial and _under(name, self._no_denial)):
+            return None, 0  # RFC 2308 5: a negative answer without SOA is not cached
+        return DENIAL, _clamp(soa, spec.denial_min_ttl, spec.denial_ttl)
 
     def cap(self, reply: Reply) -> int:
         """The most TTL a reply the cache did not store may carry (`cache 30`): the denial

@@ -21,6 +21,7 @@ from splitdns.codec import reply as replies
 from splitdns.codec import wire
 from splitdns.core.exchange import Done, ForwardState
 from splitdns.core.local import Rewritten, revert
+from splitdns.directives import loadbalance
 
 if TYPE_CHECKING:
     import dns.message
@@ -104,6 +105,21 @@ def unrewrite(done: Done, rewritten: Rewritten | None) -> Done:
     if reply is None:
         return Done(error="the reply to a rewritten query could not be mapped back to the name asked")
     return Done(reply, done.rcode, done.error, done.ede)
+
+
+def ordered(done: Done) -> Done:
+    """`loadbalance`: the reply with each section in CoreDNS's order, CNAMEs first (glibc's
+    resolver reads a chain only in that order). Rare: most replies already are."""
+    reply = done.reply
+    if reply is None or not loadbalance.out_of_order(reply.data):
+        return done
+
+    def sort(msg: dns.message.Message) -> None:
+        for section in (msg.answer, msg.authority, msg.additional):
+            section.sort(key=lambda rrset: loadbalance.rank(rrset.rdtype))  # stable
+
+    rewritten = replies.rewrite_with_dnspython(reply.data, sort)
+    return done if rewritten is None else Done(rewritten, done.rcode, done.error, done.ede)
 
 
 def scrub(done: Done, zone: object, owner_of: Callable[[bytes], object]) -> Done:

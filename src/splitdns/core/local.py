@@ -45,8 +45,9 @@ STEPS = ("rewrite", "template", "hosts")
 MAX_ANSWERS = 4096  # questions answered here and kept; a flood of new names only empties it
 T_PTR = 12
 SERVFAIL = 2
+# The name field of each type CoreDNS's reverter rewrites (getRecordValueForRewrite)
 _TARGETS = {"CNAME": "target", "DNAME": "target", "NS": "target", "PTR": "target",
-            "MX": "exchange", "SRV": "target", "SOA": "mname"}
+            "MX": "exchange", "SRV": "target", "SOA": "mname", "NAPTR": "replacement"}
 
 
 def steps_of(block: Block) -> tuple[str, ...]:
@@ -220,7 +221,7 @@ def revert_message(msg: dns.message.Message, original: str,
     def mapped(field: str, name: dns.name.Name) -> dns.name.Name:
         text = name.to_text().lower()
         new = text
-        for what, how, to in maps:
+        for what, how, to in reversed(maps):  # undone last-applied first, as CoreDNS's reverter
             if what == field:
                 new = _map(new, how, to)
         return name if new == text else dns.name.from_text(new)

@@ -28,6 +28,7 @@ from splitdns.core.decisions import (
     Note,
     QueryError,
     Settled,
+    ordered,
     scrub,
     unrewrite,
 )
@@ -227,6 +228,8 @@ class Zone:
         done = unrewrite(done, flight.forward.rewritten)
         done = scrub(done, self, owner_of)
         done, removed = self.without_private(done)
+        if self.turn is not None:  # loadbalance
+            done = ordered(done)
         notes: tuple[Note, ...] = ()
         if removed:
             q = flight.query

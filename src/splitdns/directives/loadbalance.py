@@ -9,8 +9,11 @@ addresses of each run of A or AAAA records with the same owner, one step per rep
 over n replies each of n addresses comes first once: the spread clients see (they mostly
 take the first address) without a random draw per reply, and with the n orders computed
 once per cached answer, so a repeated question stays a lookup (memo.py). MX records are
-not reordered: their targets are names, and moving them would break the compression of
-the records after them. `weighted` (and its weight file) is not implemented.
+not shuffled: their targets are names, and moving them would break the compression of
+the records after them. As CoreDNS does, each section of an upstream's reply is put in the
+order CNAME, other types, A and AAAA, MX before it is stored (glibc follows a CNAME chain
+only in that order): `out_of_order` finds the rare reply that needs it, on its bytes.
+`weighted` (and its weight file) is not implemented.
 
 `rotations` works on a reply's bytes: pure, no sockets, no clock.
 """
@@ -28,6 +31,7 @@ USAGE = "loadbalance [round_robin]"
 MAX_ROTATIONS = 16  # a longer run still rotates its first 16 places; memory per hot answer stays bounded
 _RR = struct.Struct("!HHIH")
 T_A, T_AAAA = 1, 28
+_RANK = {5: 0, T_A: 2, T_AAAA: 2, 15: 3}  # CNAME first, then the rest, then A/AAAA, then MX
 
 
 def parse(st: Statement) -> bool:
@@ -39,6 +43,36 @@ def parse(st: Statement) -> bool:
     if st.args and st.args[0] != "round_robin":
         raise ConfigError(st.where, f"loadbalance: unknown policy {st.args[0]!r}; usage: {USAGE}")
     return True
+
+
+def rank(rtype: int) -> int:
+    return _RANK.get(rtype, 1)
+
+
+def out_of_order(reply: bytes) -> bool:
+    """Whether a section of the reply is not in CoreDNS's order (see `rank`)."""
+    try:
+        counts = struct.unpack_from("!HHHH", reply, 4)
+        pos = 12
+        for _ in range(counts[0]):
+            pos = wire.skip_name(reply, pos) + 4
+            if pos < 4:
+                return False
+        for count in counts[1:]:
+            last = 0
+            for _ in range(count):
+                pos = wire.skip_name(reply, pos)
+                if pos < 0:
+                    return False
+                rtype, _, _, rdlen = _RR.unpack_from(reply, pos)
+                pos += 10 + rdlen
+                if rtype != 41:  # OPT stays where it is
+                    if rank(rtype) < last:
+                        return True
+                    last = rank(rtype)
+        return False
+    except (IndexError, struct.error):
+        return False
 
 
 def rotations(reply: bytes) -> tuple[bytes, ...]:

@@ -12,7 +12,8 @@ groups. Rules apply in order to the name as the previous rules left it; a rule t
 matches ends the list unless it says `continue`. The reply always carries the client's
 question. Answer names are mapped back: always for `exact`, with `answer auto` for the
 other kinds (for `suffix`, the suffix is swapped back), and by regex with `answer name`
-(owners) or `answer value` (CNAME, DNAME, NS, PTR, MX, SRV targets, SOA server).
+(owners) or `answer value` (CNAME, DNAME, NS, PTR, MX, SRV targets, SOA server, NAPTR
+replacement); the rules that applied are undone last first.
 Other fields (`type`, `class`, `edns0`, `ttl`, `cname`, `rcode`) are not implemented.
 """
 

@@ -51,6 +51,7 @@ class Server:
     _hosts_watch: asyncio.Task[None] | None = None  # hostsfiles.watch, cancelled at the end
 
     def __post_init__(self) -> None:
+        Cache.wall_offset = time.time() - self.clock()  # the cache judges RRSIG times in wall time
         self.resolution = Resolution(lambda: self.config, self.clock, self.rng, self.counters,
                                      self.query_ids)
         self.udp = UdpPath(self.clock, self.resolution)
