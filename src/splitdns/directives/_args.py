@@ -14,7 +14,10 @@ _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m":
 
 
 def duration(st: Statement, text: str, what: str) -> float:
-    """A Go-style duration (`500ms`, `2s`, `1m30s`), as CoreDNS writes them, in seconds."""
+    """A Go-style duration (`500ms`, `2s`, `1m30s`), as CoreDNS writes them, in seconds. A bare
+    `0` is one too, as Go's time.ParseDuration reads it (the only number without a unit)."""
+    if text == "0":
+        return 0.0
     pos, total = 0, 0.0
     while pos < len(text):
         match = _DURATION_PART.match(text, pos)
