@@ -39,8 +39,10 @@ FILES = (
 # table is named by its variable.
 BEHAVIOUR = (
     "plugin/cache/cache_test.go", "plugin/loadbalance/loadbalance_test.go",
-    "plugin/rewrite/reverter_test.go",
+    "plugin/rewrite/reverter_test.go", "plugin/hosts/hosts_test.go",
 )
+# Constants the behaviour tables read (a hosts file's text)
+CONSTANTS = (("plugin/hosts/hosts_test.go", "hostsExample"),)
 
 _TOKEN = re.compile(r"""
     (?P<space>\s+|//[^\n]*|/\*.*?\*/)
@@ -163,11 +165,19 @@ def tables(path: Path, rel: str) -> list[dict[str, Any]]:
     return rows
 
 
+def _constant(path: Path, name: str) -> str:
+    found = re.search(rf"^const {name} = `([^`]*)`", path.read_text(), re.MULTILINE)
+    if found is None:
+        raise ValueError(f"no const {name} in {path}")
+    return found.group(1)
+
+
 def main(argv: list[str]) -> int:
     root, release = Path(argv[1]), argv[2]
     out = {"release": release, "source": "https://github.com/coredns/coredns",
            "rows": [row for rel in FILES for row in tables(root / rel, rel)],
-           "behaviour": [row for rel in BEHAVIOUR for row in tables(root / rel, rel)]}
+           "behaviour": [row for rel in BEHAVIOUR for row in tables(root / rel, rel)],
+           "constants": {f"{rel}:{name}": _constant(root / rel, name) for rel, name in CONSTANTS}}
     json.dump(out, sys.stdout, indent=1, ensure_ascii=False)
     sys.stdout.write("\n")
     return 0

@@ -9,7 +9,6 @@ from __future__ import annotations
 import difflib
 import functools
 import ipaddress
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,11 +27,10 @@ from splitdns.directives import (
     rewrite,
     template,
 )
-from splitdns.directives._args import domain_name
+from splitdns.directives._args import CIDR, domain_name, reverse_zones
 from splitdns.errors import ConfigError, Location
 
 DEFAULT_PORT = 53
-_CIDR = re.compile(r"[0-9a-fA-F.:]+/[0-9]+")  # what CoreDNS would read as a network
 
 @dataclass(frozen=True)
 class Block:
@@ -208,8 +206,8 @@ def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], 
         port = int(port_text)
     if not host:
         host = "."
-    if "/" in host and _CIDR.fullmatch(host):
-        return _reverse_zones(where, host), port
+    if "/" in host and CIDR.fullmatch(host):
+        return reverse_zones(where, host), port
     if "/" in host:
         # Not a network: a name, as CoreDNS keeps it, such as an RFC 2317 classless reverse zone
         # (32/27.104.21.172.in-addr.arpa), reached through the CNAMEs its parent zone publishes.
@@ -221,25 +219,6 @@ def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], 
         return [domain_name(host)], port
     except ValueError as err:
         raise ConfigError(where, f"{host!r} is not a valid zone name ({err})") from None
-
-
-def _reverse_zones(where: Location, cidr: str) -> list[str]:
-    """A CIDR key stands for its reverse zones, split on octet (nibble for IPv6) boundaries."""
-    try:
-        net = ipaddress.ip_network(cidr, strict=True)
-    except ValueError as err:
-        raise ConfigError(where, f"{cidr!r} is not a network: {err}") from None
-    step = 8 if net.version == 4 else 4
-    boundary = -(-net.prefixlen // step) * step
-    zones = []
-    for sub in net.subnets(new_prefix=boundary) if boundary != net.prefixlen else [net]:
-        labels = sub.network_address.reverse_pointer.split(".")
-        keep = boundary // step
-        host_labels = (32 if net.version == 4 else 128) // step - keep
-        zones.append(".".join(labels[host_labels:]) + ".")
-    if len(zones) > 256:
-        raise ConfigError(where, f"{cidr!r} expands to {len(zones)} reverse zones; use a longer prefix")
-    return zones
 
 
 def _check_unique(blocks: tuple[Block, ...]) -> None:

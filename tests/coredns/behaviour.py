@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import re
+import tempfile
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import dns.flags
@@ -269,6 +271,42 @@ def _rewrite_case(row: dict[str, Any], rules: list[str]) -> Callable[[], Awaitab
     return run
 
 
+# --- hosts: TestFallthroughUnsupportedType -------------------------------------------------
+
+def _hosts_case(row: dict[str, Any]) -> Callable[[], Awaitable[tuple[bool, str]]]:
+    zones = _strings(row["fall"])  # fall.Root: every zone; fall.F{Zones: [...]}: those
+    options = "fallthrough " + " ".join(zones)
+    if row.get("unsupported"):
+        options += "\n        fallthrough_unsupported"
+    expect_fall = bool(row.get("expectFallthrough"))
+    text = cases.tables()["constants"]["plugin/hosts/hosts_test.go:hostsExample"]
+
+    def refuse(q: dns.message.Message) -> dns.message.Message:  # the Go test's next plugin
+        r = dns.message.make_response(q)
+        r.set_rcode(dns.rcode.REFUSED)
+        return r
+
+    async def run() -> tuple[bool, str]:
+        with tempfile.TemporaryDirectory() as directory:
+            hosts = Path(directory) / "hosts"
+            hosts.write_text(text)
+            corefile = ". {\n    hosts " + str(hosts) + " {\n        " + options + "\n    }\n    forward . "
+            async with FakeUpstream(refuse) as up, serving(corefile + up.target + "\n}\n") as s:
+                reply = await s.ask(dns.message.make_query(row["qname"], "TXT"))
+        if reply is None:
+            return False, "no reply"
+        fell = reply.rcode() == dns.rcode.REFUSED and len(up.asked) == 1
+        nodata = (reply.rcode() == dns.rcode.NOERROR and not reply.answer
+                  and bool(reply.flags & dns.flags.AA) and not up.asked)
+        said = f"rcode {dns.rcode.to_text(reply.rcode())}, upstream asked {len(up.asked)}"
+        return (fell if expect_fall else nodata), said
+    return run
+
+
+def _strings(go: Any) -> list[str]:
+    return re.findall(r'"([^"]*)"', go["go"]) if isinstance(go, dict) else []
+
+
 # --- the cases -------------------------------------------------------------------------------
 
 def _build() -> tuple[BehaviourCase, ...]:
@@ -280,6 +318,8 @@ def _build() -> tuple[BehaviourCase, ...]:
             continue
         if table == "TestCacheInsertion":
             out.append(BehaviourCase(ident, "cache", _cache_case(row)))
+        elif table == "TestFallthroughUnsupportedType":
+            out.append(BehaviourCase(ident, "hosts", _hosts_case(row)))
         elif table == "TestLoadBalanceRandom":
             out.append(BehaviourCase(ident, "loadbalance", _loadbalance_case(row)))
         elif table in ("valueTests", "tests") and not row["noRevert"]:

@@ -50,9 +50,6 @@ EXPECT: dict[str, str] = {
 
 # Open differences: each entry goes when its fix lands (the test then says so).
 _GAP_GROUPS: dict[str, tuple[str, ...]] = {
-    "splitdns refuses it (forward FROM: '10.9.3.0/18' is not a domain name ('/' is not )": (
-        "plugin/forward/setup_test.go:TestSetup#12",
-    ),
     "splitdns refuses it (forward: unknown option 'source_address')": (
         "plugin/forward/setup_test.go:TestSourceAddress#0",
         "plugin/forward/setup_test.go:TestSourceAddress#2",
@@ -119,16 +116,6 @@ _GAP_GROUPS: dict[str, tuple[str, ...]] = {
     "splitdns refuses it (cache: unknown option 'keepttl')": (
         "plugin/cache/setup_test.go:TestKeepttl#0",
     ),
-    "splitdns refuses it (hosts: '10.0.0.9/8' is not a domain name ('/' is not allowed )": (
-        "plugin/hosts/setup_test.go:TestHostsParse#7",
-    ),
-    "splitdns loads what CoreDNS refuses": (
-        "plugin/hosts/setup_test.go:TestHostsInlineParse#2",
-    ),
-    "splitdns refuses it (hosts: 'fallthrough_unsupported' is neither an address nor an)": (
-        "plugin/hosts/setup_test.go:TestHostsParseFallthroughUnsupported#0",
-        "plugin/hosts/setup_test.go:TestHostsParseFallthroughUnsupported#1",
-    ),
     "splitdns refuses it (template: '(?P<x>' is not a domain name ('(<>?' is not allowe)": (
         "plugin/template/setup_test.go:TestSetupParse#14",
     ),
@@ -167,9 +154,6 @@ _GAP_GROUPS: dict[str, tuple[str, ...]] = {
     "splitdns refuses it (all keys of one server block must use the same port)": (
         "core/dnsserver/register_test.go:TestInspectServerBlocks#7",
         "core/dnsserver/register_test.go:TestInspectServerBlocks#8",
-    ),
-    "splitdns refuses it ('10.9.3.0/18' is not a network: 10.9.3.0/18 has host bits set)": (
-        "plugin/normalize_test.go:TestHostNormalizeExact#5",
     ),
 }
 GAPS = {ident: f"gap: {why}" for why, idents in _GAP_GROUPS.items() for ident in idents}

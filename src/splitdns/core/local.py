@@ -158,9 +158,10 @@ class Local:
         elif q.qtype in (1, 28):
             records = [("A" if q.qtype == 1 else "AAAA", ip)
                        for ip in table.addresses(name, 4 if q.qtype == 1 else 6)]
+        elif spec.fallthrough_unsupported and _falls(spec.fallthrough, name):
+            return None
         if not records and not table.known(name):
-            if spec.fallthrough is not None and \
-                    (not spec.fallthrough or any(in_zone(name, z) for z in spec.fallthrough)):
+            if _falls(spec.fallthrough, name):
                 return None
             return SERVFAIL  # no SOA to say NXDOMAIN with, as CoreDNS answers
         return _message(q, name, 0, [("answer", f"{name} {spec.ttl} IN {rtype} {value}")
@@ -249,6 +250,11 @@ def _map(name: str, how: re.Pattern[str] | tuple[str, str], to: str) -> str:
     if name == source:
         return to
     return name[:-len(source)] + to if name.endswith("." + source) else name
+
+
+def _falls(fallthrough: tuple[str, ...] | None, name: str) -> bool:
+    """`fallthrough [ZONES...]` covers the name (none given: every name)."""
+    return fallthrough is not None and (not fallthrough or any(in_zone(name, z) for z in fallthrough))
 
 
 def _longest(name: str, zones: tuple[str, ...]) -> str | None:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import difflib
+import ipaddress
 import re
 import string
 
 from splitdns.corefile import Statement
-from splitdns.errors import ConfigError
+from splitdns.errors import ConfigError, Location
+
+CIDR = re.compile(r"[0-9a-fA-F.:]+/[0-9]+")  # what CoreDNS would read as a network
 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ns|us|µs|ms|s|m|h)")
 _UNIT_SECONDS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
@@ -47,6 +50,36 @@ def zone(st: Statement, text: str, what: str) -> str:
         return domain_name(text)
     except ValueError as err:
         raise ConfigError(st.where, f"{what}: {text!r} is not a domain name ({err})") from None
+
+
+def zones(st: Statement, text: str, what: str) -> list[str]:
+    """A zone argument as CoreDNS's plugin.Host reads it: a network (10.0.0.0/15) stands for its
+    reverse zones, anything else is one domain name."""
+    if "/" in text and CIDR.fullmatch(text):
+        return reverse_zones(st.where, text)
+    return [zone(st, text, what)]
+
+
+def reverse_zones(where: Location, cidr: str) -> list[str]:
+    """A network's reverse zones, split on octet (nibble for IPv6) boundaries, as CoreDNS's
+    cidr.Split does; host bits are dropped, as Go's net.ParseCIDR drops them (10.9.3.0/18 is
+    10.9.0.0/18)."""
+    try:
+        net = ipaddress.ip_network(cidr, strict=False)
+    except ValueError as err:
+        raise ConfigError(where, f"{cidr!r} is not a network: {err}") from None
+    if cidr.startswith(":") or (cidr.startswith("0") and ":" in cidr):
+        # CoreDNS refuses these spellings (::ffff:..., 0:...), whose reverse zones are ambiguous
+        raise ConfigError(where, f"{cidr!r} is not a network CoreDNS accepts: write the IPv6 "
+                                 "network without a leading '::' or '0:'")
+    step = 8 if net.version == 4 else 4
+    boundary = -(-net.prefixlen // step) * step
+    found = []  # at most 128 (an IPv4 prefix 7 bits short of an octet)
+    for sub in net.subnets(new_prefix=boundary) if boundary != net.prefixlen else [net]:
+        labels = sub.network_address.reverse_pointer.split(".")
+        host_labels = (32 if net.version == 4 else 128) // step - boundary // step
+        found.append(".".join(labels[host_labels:]) + ".")
+    return found
 
 
 _LABEL_CHARACTERS = frozenset(string.ascii_lowercase + string.digits + "-_*")

@@ -119,7 +119,8 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
     """The spec of one `forward` line. With read_files False (linting a Corefile meant for
     another machine), resolv.conf targets are only recorded in `files`, not read."""
     _args.arity(st, 2, None, USAGE)
-    origin = _args.zone(st, st.args[0], "forward FROM")
+    # A network stands for its reverse zones, and CoreDNS's forward keeps the first of them
+    origin = _args.zones(st, st.args[0], "forward FROM")[0]
     upstreams: list[Upstream] = []
     files: list[str] = []
     tunnel = False

@@ -8,13 +8,15 @@ Syntax (CoreDNS's):
         no_reverse             no PTR records from the entries
         reload DURATION        how often the file is checked for changes (5s; 0 never)
         fallthrough [ZONES...] pass a name with no entry on to the next plugin
+        fallthrough_unsupported  and a question of another type than A, AAAA or PTR too
     }
 
 FILE defaults to /etc/hosts; a missing file serves the inline entries alone, and is read
 again when it appears. ZONES default to the block's. As in CoreDNS: a name with an entry
 of the other family gets NODATA, a name with none gets SERVFAIL (there is no SOA to say
 NXDOMAIN with) unless `fallthrough` covers it, names outside the zones go on, PTR is
-answered for any reverse name with an entry, and `*.example.com` matches one label.
+answered for any reverse name with an entry, and `*.example.com` matches one label. An
+inline entry after `fallthrough` is an error (CoreDNS reads it as an unknown option there).
 `HostsTable` is the lookup: pure, built from text, so a reload is a new table.
 """
 
@@ -28,11 +30,11 @@ from splitdns.directives import _args
 from splitdns.errors import ConfigError
 
 USAGE = ("hosts [FILE [ZONES...]] { IP NAME...; ttl SECONDS; no_reverse; reload DURATION; "
-         "fallthrough [ZONES...] }")
+         "fallthrough [ZONES...]; fallthrough_unsupported }")
 DEFAULT_FILE = "/etc/hosts"
 DEFAULT_TTL = 3600
 DEFAULT_RELOAD = 5.0
-OPTIONS = ("ttl", "no_reverse", "reload", "fallthrough")
+OPTIONS = ("ttl", "no_reverse", "reload", "fallthrough", "fallthrough_unsupported")
 
 
 @dataclass(frozen=True)
@@ -44,16 +46,20 @@ class HostsSpec:
     no_reverse: bool = False
     reload: float = DEFAULT_RELOAD
     fallthrough: tuple[str, ...] | None = None  # None: off; (): every zone
+    fallthrough_unsupported: bool = False  # other types than A, AAAA, PTR fall through too
 
 
 def parse(st: Statement) -> HostsSpec:
     args = st.args
     file = args[0] if args else DEFAULT_FILE
-    zones = tuple(_args.zone(st, z, "hosts") for z in args[1:])
+    zones = tuple(z for arg in args[1:] for z in _args.zones(st, arg, "hosts"))
     inline: list[tuple[str, tuple[str, ...]]] = []
     values: dict[str, object] = {}
     for opt in st.body or ():
         if _is_address(opt.name):
+            if "fallthrough" in values:
+                raise ConfigError(opt.where, f"hosts: the entry {opt.name} comes after fallthrough; "
+                                             "put the entries first (CoreDNS refuses them there too)")
             if not opt.args:
                 raise ConfigError(opt.where, f"hosts: the entry {opt.name} names no host")
             inline.append((opt.name, opt.args))
@@ -70,8 +76,13 @@ def parse(st: Statement) -> HostsSpec:
         elif opt.name == "reload":
             _args.arity(opt, 1, 1, "reload DURATION")
             values["reload"] = _args.duration(opt, opt.args[0], "hosts reload")
+        elif opt.name == "fallthrough_unsupported":
+            _args.arity(opt, 0, 0, "fallthrough_unsupported")
+            values["fallthrough_unsupported"] = True
         else:
-            values["fallthrough"] = tuple(_args.zone(opt, z, "fallthrough") for z in opt.args)
+            values["fallthrough"] = tuple(z for a in opt.args for z in _args.zones(opt, a, "fallthrough"))
+    if values.get("fallthrough_unsupported") and "fallthrough" not in values:
+        raise ConfigError(st.where, "hosts: fallthrough_unsupported needs fallthrough")
     return HostsSpec(file, zones, tuple(inline), **values)  # type: ignore[arg-type]
 
 
