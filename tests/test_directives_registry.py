@@ -22,7 +22,8 @@ def _codes(tmp_path: Path, name: str, resolver: str) -> list[str]:
 
 
 @pytest.mark.parametrize("directive", directives.REGISTRY, ids=[d.name for d in directives.REGISTRY])
-def test_check_knows_every_directive_and_who_has_it(tmp_path: Path, directive: directives.Directive[object]) -> None:
+def test_check_knows_every_directive_and_who_has_it(tmp_path: Path,
+                                                   directive: directives.Directive[object]) -> None:
     """SD110 (the chosen resolver lacks it) and SD112 (nobody knows it) follow the registry."""
     for_coredns = _codes(tmp_path, directive.name, "coredns")
     assert "SD112" not in for_coredns
@@ -36,7 +37,7 @@ def test_a_coredns_plugin_we_lack_is_named_so_and_a_typo_is_not(tmp_path: Path) 
 
 
 def test_the_lists_derive_from_the_registry() -> None:
-    assert directives.ORDER == tuple(d.name for d in directives.REGISTRY)
+    assert tuple(d.name for d in directives.REGISTRY) == directives.ORDER
     assert set(directives.SUPPORTED) == set(directives.BY_NAME)
     assert not set(directives.COREDNS_ONLY) & set(directives.SUPPORTED)
     assert {d.name for d in directives.REGISTRY if d.coredns} <= directives.COREDNS_PLUGINS

@@ -2,7 +2,7 @@
 
 After the cache and before `forward`, as CoreDNS's plugin.cfg runs them: `rewrite` changes
 the name the later steps see, `template` answers what its regexes match, `hosts` what its
-entries name. The steps run in `directives.ORDER`, the one list of the per-query order. What
+entries name. The steps run in `directives.REGISTRY`'s order, the one per-query order. What
 they decide is a reply made here (an `Entry`, kept per question so the next one is a
 lookup, as a cache hit is), a rewritten query for the upstream (`Rewritten`, whose reply
 `revert` maps back to the client's names), or nothing (the query goes upstream as asked).

@@ -1,9 +1,10 @@
 """A server block at run time, and every decision about a query it owns (`begin` .. `finish`).
 
-`begin` walks the block's per-query steps in `directives.ORDER` (as CoreDNS's plugin.cfg
+`begin` walks the block's per-query steps in the registry's order (as CoreDNS's plugin.cfg
 orders its plugins): `cache`, then `rewrite`, `template` and `hosts` (local.py), `loop`,
 `openvpn` (the tunnel's state), `forward`. `loadbalance` wraps every answer, `private_addresses`
-acts on the upstream's reply in `settle`, `errors` and `log` are lines the shell writes.
+and `minimal` act on the upstream's reply in `settle`, `errors` and `log` are lines the shell
+writes.
 Pure: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s).
 """
 
