@@ -69,6 +69,23 @@ class Answer:
     notes: tuple[Note, ...] = ()
 
 
+@dataclass(slots=True)
+class Known:
+    """An answer the zone knows at once: a fresh cache entry, or an answer the block made
+    before and keeps (`held` is then the table it is kept in). `reply` is what to send, with
+    `loadbalance`'s rotation applied (`turns`: every rotation, for the memo to hand out in
+    turn); `refresh`, a prefetch to run behind it; `replayable`, whether the memo may send it
+    again without asking the zone (no directive of the block must see each query)."""
+
+    reply: bytes
+    entry: Entry
+    ttl: int | None
+    held: dict[bytes, Entry] | None
+    turns: tuple[bytes, ...] | None
+    refresh: Forward | None
+    replayable: bool
+
+
 @dataclass(eq=False, slots=True)
 class Flight:
     """One upstream exchange under way, shared by every identical query of a zone

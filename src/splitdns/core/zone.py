@@ -1,9 +1,10 @@
 """A server block at run time, and every decision about a query it owns (`begin` .. `finish`).
 
-`begin` walks the block's per-query steps in `directives.ORDER` (as CoreDNS's plugin.cfg
+`begin` walks the block's per-query steps in the registry's order (as CoreDNS's plugin.cfg
 orders its plugins): `cache`, then `rewrite`, `template` and `hosts` (local.py), `loop`,
 `openvpn` (the tunnel's state), `forward`. `loadbalance` wraps every answer, `private_addresses`
-acts on the upstream's reply in `settle`, `errors` and `log` are lines the shell writes.
+and `minimal` act on the upstream's reply in `settle`, `errors` and `log` are lines the shell
+writes.
 Pure: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s).
 """
 
@@ -17,6 +18,7 @@ import dns.rdatatype
 
 from splitdns import directives
 from splitdns.codec import entries, wire
+from splitdns.codec import reply as replies
 from splitdns.core import local
 from splitdns.core.cache import Cache
 from splitdns.core.decisions import (
@@ -24,6 +26,7 @@ from splitdns.core.decisions import (
     Flight,
     Forward,
     HandOn,
+    Known,
     LogLine,
     Note,
     QueryError,
@@ -38,7 +41,7 @@ from splitdns.core.loop import LoopGuard, LoopProbes
 from splitdns.core.metrics import ZoneStats
 from splitdns.core.rebinding import PrivateFilter
 from splitdns.core.tunnel import TunnelState
-from splitdns.directives import loadbalance
+from splitdns.directives import loadbalance, minimal
 
 if TYPE_CHECKING:
     from splitdns.codec.entries import Entry
@@ -67,8 +70,9 @@ class Zone:
     def __init__(self, block: Block, cache: Cache | None = None, cache_bytes: int = 64 * 1024 * 1024,
                  loop_probes: LoopProbes | None = None) -> None:
         self.block = block
-        if cache is None and block.cache is not None:
-            cache = Cache(block.cache, cache_bytes)
+        spec_of_cache = block[directives.CACHE]
+        if cache is None and spec_of_cache is not None:
+            cache = Cache(spec_of_cache, cache_bytes)
         self.cache = cache
         self.pending = 0  # upstream exchanges in flight (identical queries count once)
         self.flights: dict[bytes, Flight] = {}
@@ -77,14 +81,24 @@ class Zone:
         self.ready = False           # latched once the zone answered through its upstreams
         self.not_ready_reason = "no probe has been answered yet"
         self.loop = LoopGuard(self.name, self.stats, self.upstream_list, loop_probes)
-        self.tunnel: TunnelState | None = TunnelState() if block.openvpn else None
-        spec = block.private_addresses
+        tunnel = any(block.uses(d) for d in directives.steps(directives.TUNNEL_STEP))
+        self.tunnel: TunnelState | None = TunnelState() if tunnel else None
+        spec = block[directives.PRIVATE_ADDRESSES]
         self.private = PrivateFilter(spec) if spec is not None else None
         self.local = Local(block) if steps_of(block) else None  # rewrite, template, hosts
-        self.turn: int | None = 0 if block.loadbalance else None  # replies rotated so far
+        self.turn: int | None = 0 if block.uses(directives.LOADBALANCE) else None  # rotations so far
+        self.minimal = block.uses(directives.MINIMAL)
         self.steps = steps_for(self)
-        # What `begin` walks when the hot path has just found no fresh entry (`cache_checked`).
-        self.steps_past_cache = tuple(s for s in self.steps if s != Zone._cache_step)
+        self.prefetching = bool(cache is not None and cache.spec.prefetch_amount)
+        # The one place that says when the memo may send an answer again without asking the
+        # zone: never where `log` must see every query; a cached answer not where `prefetch`
+        # must count every ask (the block's own answers are never prefetched).
+        self.replay_local = not block.uses(directives.LOG)
+        self.replay_cached = self.replay_local and not self.prefetching
+        # Which lines the block writes: a line per query (`log`), a line per failed query
+        # (`errors`); the shell writes them, the zone says whether.
+        self.log = block[directives.LOG]
+        self.errors = block[directives.ERRORS]
 
     @property
     def name(self) -> str:
@@ -100,32 +114,58 @@ class Zone:
 
     # -- a query: begin, depart, settle, land, finish --------------------------------------------
 
-    def begin(self, q: wire.Query, now: float, cache_checked: bool = False) -> Answer | Forward:
-        """The answer now, or the upstream exchange to make: the block's steps in order.
-        `cache_checked`: the caller has just looked the query up in the cache and found no
-        fresh entry (the UDP hot path), so the cache step only counts the miss."""
+    def begin(self, q: wire.Query, now: float) -> Answer | Forward:
+        """The answer now, or the upstream exchange to make: what the zone knows at once
+        (`known`), else the rest of the block's steps in order (`walk`)."""
+        known = self.known(q, now)
+        if known is not None:
+            self.stats.cache_hits += 1
+            return Answer(known.reply, known.refresh)
+        return self.walk(q, now)
+
+    def known(self, q: wire.Query, now: float) -> Known | None:
+        """The step the UDP hot path runs for every datagram, and `begin` first: a fresh cache
+        entry, or an answer the block made before and keeps (`rewrite`, `template` and `hosts`
+        come right after the cache in the registry's order, and would give it again). None is
+        a miss, counted here, since every miss passes here once; hits are counted by whoever
+        sends them (the hot path a batch at a time)."""
+        cache = self.cache
+        entry = cache.get(q.key, now) if cache is not None else None
+        held = None
+        if entry is not None:
+            ttl: int | None = entries.remaining(entry, now)
+            out = entries.render(entry, ttl, q)
+        else:
+            if cache is not None:
+                self.stats.cache_misses += 1
+            if self.local is None:
+                return None
+            held = self.local.answers
+            entry = held.get(q.key)
+            if entry is None:
+                return None
+            ttl = None
+            out = local.render(entry, q, cache)
+        turns = None
+        if self.turn is not None:  # loadbalance: every rotation once, then each in turn
+            turns = loadbalance.rotations(out)
+            out = turns[self.next_turn(len(turns))]
+        refresh = None
+        if held is None and self.prefetching:
+            refresh = self.prefetch(q, entry, now)
+        return Known(out, entry, ttl, held, turns, refresh,
+                     self.replay_local if held is not None else self.replay_cached)
+
+    def walk(self, q: wire.Query, now: float) -> Answer | Forward:
+        """The block's steps after what `known` answers, in the registry's order."""
         walk = _Walk()
-        steps = self.steps
-        if cache_checked and self.cache is not None:
-            self.stats.cache_misses += 1
-            steps = self.steps_past_cache
-        for step in steps:
+        for step in self.steps:
             decided = step(self, q, now, walk)
             if decided is not None:
                 if self.turn is not None and isinstance(decided, Answer):
                     return Answer(self.balanced(decided.reply), decided.refresh, decided.notes)
                 return decided
         raise AssertionError("the forward step decides every query")  # steps_for ends with it
-
-    def _cache_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
-        assert self.cache is not None
-        entry = self.cache.get(q.key, now)
-        if entry is None:
-            self.stats.cache_misses += 1
-            return None
-        self.stats.cache_hits += 1
-        refresh = self.prefetch(q, entry, now) if self.cache.spec.prefetch_amount else None
-        return Answer(entries.render(entry, entries.remaining(entry, now), q), refresh)
 
     def _local_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
         assert self.local is not None
@@ -228,6 +268,8 @@ class Zone:
         done = unrewrite(done, flight.forward.rewritten)
         done = scrub(done, self, owner_of)
         done, removed = self.without_private(done)
+        if self.minimal:
+            done = minimized(done)
         if self.turn is not None:  # loadbalance
             done = ordered(done)
         notes: tuple[Note, ...] = ()
@@ -361,27 +403,40 @@ class Zone:
         return wire.render(done.reply.stored, done.reply.offsets, None, q, cap)
 
 
-# Each per-query step of `begin`, by the directive whose place in `directives.ORDER` it takes.
-# `loop` and `forward` are in every block: a loop can be found without the `loop` directive
-# (the VPN pushed this server), and `forward` decides the rest (SERVFAIL without one).
-# `rewrite`, `template` and `hosts` are one step, where the block's first of them stands
-# (local.py runs them, in the same order).
-_STEPS: dict[str, tuple[Step, Callable[[Zone], bool]]] = {
-    "cache": (Zone._cache_step, lambda z: z.cache is not None),
-    "rewrite": (Zone._local_step, lambda z: bool(z.block.rewrite)),
-    "template": (Zone._local_step, lambda z: bool(z.block.template)),
-    "hosts": (Zone._local_step, lambda z: z.block.hosts is not None),
-    "loop": (Zone._loop_step, lambda z: True),
-    "openvpn": (Zone._tunnel_step, lambda z: z.tunnel is not None),
-    "forward": (Zone._forward_step, lambda z: True),
+# What each step the registry names does in `walk`. `directives.CACHE_STEP` is `known`, which
+# runs before the walk (it must be the first step: a test holds the registry to it), and
+# `directives.REPLY_STEP` shapes answers (`settle`, local.py, `balanced`). `rewrite`,
+# `template` and `hosts` are one step, where the block's first of them stands (local.py runs
+# them, in the same order).
+_STEPS: dict[str, Step] = {
+    directives.LOCAL_STEP: Zone._local_step,
+    directives.LOOP_STEP: Zone._loop_step,
+    directives.TUNNEL_STEP: Zone._tunnel_step,
+    directives.FORWARD_STEP: Zone._forward_step,
 }
+# In every block: a loop can be found without the `loop` directive (the VPN pushed this
+# server), and `forward` decides the rest (SERVFAIL without one).
+_ALWAYS = (directives.LOOP_STEP, directives.FORWARD_STEP)
 
 
 def steps_for(zone: Zone) -> tuple[Step, ...]:
-    """The zone's steps, in `directives.ORDER`: each once, only those its block uses."""
-    chosen = [step for name in directives.ORDER if name in _STEPS
-              for step, used in [_STEPS[name]] if used(zone)]
+    """The zone's steps, in the registry's order: each once, only those its block uses."""
+    block = zone.block
+    chosen = [_STEPS[d.step] for d in directives.REGISTRY if d.step in _STEPS
+              and (d.step in _ALWAYS or block.uses(d))]
     return tuple(dict.fromkeys(chosen))
+
+
+def minimized(done: Done) -> Done:
+    """`minimal`: the reply without the sections a positive answer does not need, before the
+    cache stores it (so hits are minimal at no cost, as behind CoreDNS's cache)."""
+    reply = done.reply
+    if reply is None or not minimal.worth_reading(reply.rcode(), len(reply.owners)):
+        return done
+    shorter = replies.rewrite_with_dnspython(reply.data, minimal.minimize)
+    if shorter is None:  # dnspython could not rewrite it: the reply as it came is still valid
+        return done
+    return Done(shorter, done.rcode, done.error, done.ede)
 
 
 def _type_text(qtype: int) -> str:
