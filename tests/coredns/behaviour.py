@@ -48,6 +48,11 @@ NOT_PORTED = {
     ("plugin/cache/cache_test.go", "TestPreferPositiveVerifyRejectsInvalidFreshAnswers"):
         "`serve_stale_policy prefer_positive`, moved by the Go clock",
     ("plugin/rewrite/reverter_test.go", "edns0NoOPTRevertTests"): "`rewrite edns0`, which we refuse",
+    ("plugin/rewrite/rewrite_test.go", "TestEdns0MultiRule"): "`rewrite edns0`, which we refuse",
+    ("plugin/rewrite/rewrite_test.go", "TestRewriteEDNS0Unset"): "`rewrite edns0`, which we refuse",
+    ("plugin/rewrite/rewrite_test.go", "TestRewriteEDNS0Revert"): "`rewrite edns0`, which we refuse",
+    ("plugin/rewrite/rewrite_test.go", "TestRewriteEDNS0Local"): "`rewrite edns0`, which we refuse",
+    ("plugin/rewrite/rewrite_test.go", "TestRewriteEDNS0Subnet"): "`rewrite edns0`, which we refuse",
 }
 NOT_PORTED_ROWS_NOTE = "rows with noRevert set: a Go-only switch of the reverter, with no Corefile form"
 
@@ -271,6 +276,51 @@ def _rewrite_case(row: dict[str, Any], rules: list[str]) -> Callable[[], Awaitab
     return run
 
 
+# TestRewrite's rules (its class and type rules left out: we refuse those fields, and the rows
+# that need them say so), and TestRewriteDefaultRevertPolicy's.
+REWRITE_RULES = [
+    "rewrite stop name from.nl. to.nl.",
+    r"rewrite stop name regex (core)\.(dns)\.(rocks)\.(nl) {2}.{1}.{3}.{4} answer name "
+    r"(dns)\.(core)\.(rocks)\.(nl) {2}.{1}.{3}.{4}",
+    "rewrite stop name exact from.exact.nl. to.nl.",
+    "rewrite stop name prefix prefix to",
+    "rewrite stop name suffix .suffix. .nl.",
+    "rewrite stop name substring from.substring to",
+    r"rewrite stop name regex (f.*m)\.regex\.(nl) to.{2}",
+    r"rewrite continue name regex consul\.(rocks) core.dns.{1}",
+    "rewrite stop name core.dns.rocks to.nl.",
+]
+DEFAULT_REVERT_RULES = REWRITE_RULES[3:7]
+_CLASSES = {"dns.ClassINET": 1, "dns.ClassCHAOS": 3, "4": 4}
+
+
+def _asked_case(row: dict[str, Any], rules: list[str],
+                revert: bool) -> Callable[[], Awaitable[tuple[bool, str]]]:
+    """The name (type, class) the upstream is asked; with `revert`, the client's own question
+    comes back too."""
+    qtype = dns.rdatatype.from_text(row["fromT"]["go"].removeprefix("dns.Type"))
+    to_type = dns.rdatatype.from_text(row["toT"]["go"].removeprefix("dns.Type"))
+    qclass, to_class = _CLASSES[row["fromC"]["go"]], _CLASSES[row["toC"]["go"]]
+
+    async def run() -> tuple[bool, str]:
+        body = "\n    ".join(rules)
+        async with FakeUpstream(dns.message.make_response) as up, \
+                serving(". {\n    " + body + "\n    forward " + ". " + up.target + "\n}\n") as s:
+            reply = await s.ask(dns.message.make_query(row["from"], qtype, qclass))
+        if not up.asked:
+            return False, f"the upstream was not asked (reply {reply and dns.rcode.to_text(reply.rcode())})"
+        asked = up.asked[-1].message.question[0]
+        said = f"asked {asked.name} {dns.rdatatype.to_text(asked.rdtype)} class {asked.rdclass}"
+        ok = (asked.name == dns.name.from_text(row["to"]) and asked.rdtype == to_type
+              and asked.rdclass == to_class)
+        if revert:
+            original = dns.name.from_text(row["from"])
+            back = reply is not None and bool(reply.question) and reply.question[0].name == original
+            ok, said = ok and bool(back), f"{said}; question back: {bool(back)}"
+        return ok, said
+    return run
+
+
 # --- hosts: TestFallthroughUnsupportedType -------------------------------------------------
 
 def _hosts_case(row: dict[str, Any]) -> Callable[[], Awaitable[tuple[bool, str]]]:
@@ -320,6 +370,10 @@ def _build() -> tuple[BehaviourCase, ...]:
             out.append(BehaviourCase(ident, "cache", _cache_case(row)))
         elif table == "TestFallthroughUnsupportedType":
             out.append(BehaviourCase(ident, "hosts", _hosts_case(row)))
+        elif table == "TestRewrite":
+            out.append(BehaviourCase(ident, "rewrite", _asked_case(row, REWRITE_RULES, False)))
+        elif table == "TestRewriteDefaultRevertPolicy":
+            out.append(BehaviourCase(ident, "rewrite", _asked_case(row, DEFAULT_REVERT_RULES, True)))
         elif table == "TestLoadBalanceRandom":
             out.append(BehaviourCase(ident, "loadbalance", _loadbalance_case(row)))
         elif table in ("valueTests", "tests") and not row["noRevert"]:

@@ -89,6 +89,12 @@ def _case(row: dict[str, Any]) -> ParseCase | None:
     ident = f"{path}:{test}#{row['row']}"
     plugin = _plugin(path)
     refused = _refused(row)
+    if test == "TestNewRule":
+        args = [json.loads(re.sub(r"\\x([0-9a-fA-F]{2})", r"\\u00\1", a), strict=False)
+                for a in re.findall(r'"(?:[^"\\]|\\.)*"', row["args"]["go"])]
+        if any(ord(c) > 127 for a in args for c in a):
+            return None  # listed in NOT_PORTED_ROWS
+        return ParseCase(ident, plugin, _block(" ".join(["rewrite", *args])), not row["shouldError"])
     if test == "TestSplitZone":
         return ParseCase(ident, plugin, _block(f"forward . {row['input']}"), True)
     if test in ("TestHostPortOrFile", "TestParseHostPort"):
@@ -134,6 +140,8 @@ def _case(row: dict[str, Any]) -> ParseCase | None:
 
 # Rows of tables otherwise ported that cannot be: (id, reason)
 NOT_PORTED_ROWS = {
+    "plugin/rewrite/rewrite_test.go:TestNewRule#16": "a regex with a byte that is not UTF-8",
+    "plugin/rewrite/rewrite_test.go:TestNewRule#17": "a regex with a byte that is not UTF-8",
     "plugin/pkg/parse/host_test.go:TestHostPortOrFile#9": "a unix socket: the grpc plugin's upstream form",
     "plugin/pkg/parse/host_test.go:TestHostPortOrFile#10": "a unix socket: the grpc plugin's upstream form",
     "plugin/pkg/parse/host_test.go:TestParseHostPort#5":
@@ -141,6 +149,20 @@ NOT_PORTED_ROWS = {
     "plugin/pkg/parse/transport_test.go:TestTransport#1":
         "the row checks the transport prefix of a string that is no zone name (`2003::1/64.`)",
 }
+
+
+# Tests of one case each, outside any table: (id, Corefile body, whether CoreDNS loads it)
+SINGLES = (
+    ("plugin/template/setup_test.go:TestSetup#0", "template ANY ANY {\n    rcode\n}", False),
+    ("plugin/template/setup_test.go:TestSetup#1", "template ANY ANY {\n    rcode NXDOMAIN\n}", True),
+    ("plugin/template/setup_test.go:TestSetupParseLargeRegex#0",
+     "template ANY A example.com {\n    match " + "a" * 10001 + "\n}", False),
+    ("plugin/errors/setup_test.go:TestErrorsParseLargeRegex#0",
+     "errors {\n    consolidate 1m " + "a" * 10001 + "\n}", False),
+    ("plugin/rewrite/name_test.go:TestNewNameRuleLargeRegex#0",
+     "rewrite stop name regex " + "a" * 10001 + " replacement", False),
+    ("plugin/log/setup_test.go:TestLogParseUnknownProperty#0", "log { unknown }", False),
+)
 
 
 @cache
@@ -156,4 +178,5 @@ def parse_cases() -> tuple[ParseCase, ...]:
         case = _case(row)
         if case is not None:
             out.append(case)
+    out.extend(ParseCase(ident, _plugin(ident), _block(body), loads) for ident, body, loads in SINGLES)
     return tuple(out)

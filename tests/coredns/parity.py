@@ -103,9 +103,28 @@ def reasons() -> str:
     for verdict, idents in sorted(seen.items()):
         what, text = verdict.split(": ", 1)
         where = f"README.md:{reason_line(text)}" if what != "gap" else "open"
-        rows = ", ".join(re.sub(r"^(plugin|core)/", "", i) for i in idents)
-        out.append(f"- **{what}** ({where}): {text}. Cases: {rows}.")
+        out.append(f"- **{what}** ({where}): {text}. Cases: {_compact(idents)}.")
     return "\n".join(out)
+
+
+def _compact(idents: list[str]) -> str:
+    """`file:Test#1, #2, #3, #5` as `file:Test#1-3, 5`, per table."""
+    tables: dict[str, list[tuple[int, str]]] = {}
+    for ident in idents:
+        table, _, row = re.sub(r"^(plugin|core)/", "", ident).partition("#")
+        number, _, rest = row.partition(" ")
+        tables.setdefault(table, []).append((int(number), rest))
+    parts = []
+    for table, rows in tables.items():
+        spans: list[list[int]] = []
+        for number, _ in sorted(set(rows)):
+            if spans and number == spans[-1][1] + 1:
+                spans[-1][1] = number
+            else:
+                spans.append([number, number])
+        text = ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in spans)
+        parts.append(f"{table}#{text}")
+    return "; ".join(parts)
 
 
 def generated() -> str:

@@ -33,6 +33,20 @@ def duration(st: Statement, text: str, what: str) -> float:
     return total
 
 
+MAX_REGEX = 10000  # CoreDNS's maxRegexpLen (errors, rewrite, template)
+
+
+def regex(st: Statement, text: str, what: str) -> re.Pattern[str]:
+    """A regular expression, no longer than CoreDNS allows."""
+    if len(text) > MAX_REGEX:
+        raise ConfigError(st.where, f"{what}: the regular expression is too long "
+                                    f"({len(text)} > {MAX_REGEX} characters)")
+    try:
+        return re.compile(text)
+    except re.error as err:
+        raise ConfigError(st.where, f"{what}: {text[:80]!r} is not a regular expression ({err})") from None
+
+
 def integer(st: Statement, text: str, what: str, minimum: int = 0, maximum: int | None = None) -> int:
     try:
         value = int(text)

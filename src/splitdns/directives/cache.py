@@ -65,7 +65,7 @@ def parse(st: Statement) -> CacheSpec:
         ttl = _args.integer(st, args.pop(0), "cache TTL", minimum=1)
         values["success_ttl"] = values["denial_ttl"] = ttl
     if args:
-        values["zones"] = tuple(_args.zone(st, z, "cache ZONE") for z in args)
+        values["zones"] = tuple(z for a in args for z in _args.zones(st, a, "cache ZONE"))
     for opt in st.body or ():
         _option(opt, values)
     return CacheSpec(**values)  # type: ignore[arg-type]

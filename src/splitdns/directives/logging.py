@@ -2,16 +2,22 @@
 
 Syntax:
 
-    errors [stdout] [{ format coredns|json }]
+    errors [stdout] [{ format coredns|json; stacktrace; consolidate DURATION REGEX [LEVEL] [show_first] }]
     log [NAMES...] [FORMAT] [{ format coredns|json; class success|denial|error|all... }]
 
 As in CoreDNS, one argument to `log` is a name; with more, the last one is the FORMAT when it
 holds a `{` (`{common}`, `{combined}` or a template of placeholders such as `{name}`).
+`consolidate` is CoreDNS's: errors whose text matches REGEX are counted for DURATION and
+written as one line (`N errors like 'REGEX' occurred in last DURATION`) at LEVEL (error,
+warning, info or debug), the first one in full with `show_first`. `stacktrace` (Go stack
+traces on a plugin's panic) is accepted and has no effect: a bug of ours is logged with its
+traceback anyway.
 """
 
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 
 from splitdns.codec.wire import is_subdomain, name_to_wire
@@ -23,9 +29,21 @@ CLASSES = ("success", "denial", "error", "all")
 FORMATS = ("coredns", "json")
 
 
+LEVELS = ("error", "warning", "info", "debug")
+
+
+@dataclass(frozen=True)
+class Consolidate:
+    period: float
+    pattern: re.Pattern[str]
+    level: str = "error"
+    show_first: bool = False
+
+
 @dataclass(frozen=True)
 class ErrorsSpec:
     json: bool = False
+    consolidate: tuple[Consolidate, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -55,11 +73,33 @@ def parse_errors(st: Statement) -> ErrorsSpec:
         # every line of a container's log does.
         raise ConfigError(st.where, f"errors: {st.args[0]!r} is not a log destination; only stdout")
     json = False
+    patterns: list[Consolidate] = []
     for opt in st.body or ():
-        if opt.name != "format":
-            raise _args.unknown_option(opt, "errors", ("format",))
-        json = _format(opt)
-    return ErrorsSpec(json=json)
+        if opt.name == "format":
+            json = _format(opt)
+        elif opt.name == "consolidate":
+            patterns.append(_consolidate(opt))
+        elif opt.name == "stacktrace":
+            _args.arity(opt, 0, 0, "stacktrace")
+        else:
+            raise _args.unknown_option(opt, "errors", ("format", "consolidate", "stacktrace"))
+    return ErrorsSpec(json=json, consolidate=tuple(patterns))
+
+
+def _consolidate(opt: Statement) -> Consolidate:
+    usage = "consolidate DURATION REGEX [error|warning|info|debug] [show_first]"
+    _args.arity(opt, 2, 4, usage)
+    period = _args.duration(opt, opt.args[0], "consolidate")
+    pattern = _args.regex(opt, opt.args[1], "consolidate")
+    level, show_first = "", False
+    for arg in opt.args[2:]:  # as CoreDNS: a level at most once, and before show_first
+        if arg in LEVELS and not level and not show_first:
+            level = arg
+        elif arg == "show_first" and not show_first:
+            show_first = True
+        else:
+            raise ConfigError(opt.where, f"consolidate: {arg!r} is out of place; usage: {usage}")
+    return Consolidate(period, pattern, level or "error", show_first)
 
 
 def parse_log(st: Statement) -> LogSpec:

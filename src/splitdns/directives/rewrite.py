@@ -23,6 +23,7 @@ import re
 from dataclasses import dataclass
 
 from splitdns.corefile import Statement
+from splitdns.directives import _args
 from splitdns.errors import ConfigError
 
 USAGE = ("rewrite [continue|stop] name [exact|prefix|suffix|substring|regex] FROM TO "
@@ -145,6 +146,8 @@ def _answer_rules(st: Statement, args: list[str]) -> tuple[bool, tuple[AnswerRul
 
 
 def _regex(st: Statement, text: str) -> re.Pattern[str]:
+    if len(text) > _args.MAX_REGEX:
+        _args.regex(st, text, "rewrite name")  # says it is too long
     try:
         return re.compile(text)
     except re.error as err:

@@ -89,7 +89,7 @@ def parse(st: Statement) -> TemplateSpec:
     if qclass is None:
         raise ConfigError(st.where, f"template: {st.args[0]!r} is not a class (IN, CH, HS or ANY)")
     qtype = _type(st, st.args[1])
-    zones = tuple(_args.zone(st, z, "template") for z in st.args[2:])
+    zones = tuple(z for a in st.args[2:] for z in _args.zones(st, a, "template"))
     regexes: list[re.Pattern[str]] = []
     sections: dict[str, list[RecordTemplate]] = {s: [] for s in SECTIONS}
     rcode = 0
@@ -132,6 +132,8 @@ def _type(st: Statement, text: str) -> int:
 
 
 def _regex(opt: Statement, text: str) -> re.Pattern[str]:
+    if len(text) > _args.MAX_REGEX:
+        _args.regex(opt, text, "template: match")  # says it is too long
     try:
         return re.compile(text)
     except re.error as err:

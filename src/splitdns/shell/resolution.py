@@ -26,7 +26,7 @@ from splitdns.core.exchange import Done, Exchange, ForwardState, Send
 from splitdns.core.loop import LoopProbes
 from splitdns.core.routing import Router, unrouted
 from splitdns.core.zone import Zone
-from splitdns.shell import datagrams, logs, upstream
+from splitdns.shell import datagrams, error_log, logs, upstream
 from splitdns.shell.health_checks import UpstreamHealthChecks
 from splitdns.shell.listener import Listener
 
@@ -189,8 +189,7 @@ class Resolution:
                 getattr(logs, note.level)(note.text)
             elif isinstance(note, QueryError) and (errors := block[directives.ERRORS]) is not None:
                 name = wire.wire_to_text(q.question[:-4])
-                logs.emit(logs.error_line(note.rcode, name, _type_text(q.qtype), note.reason,
-                                          errors.json))
+                error_log.write(errors, note.rcode, name, _type_text(q.qtype), note.reason)
 
     def spawn(self, coro: Coroutine[object, object, None]) -> None:
         spawn_into(self.tasks, coro)
