@@ -51,6 +51,8 @@ class ParseCase:
     loads: bool            # CoreDNS loads it
     files: dict[str, str] = field(default_factory=dict)  # written beside the Corefile first
     zones: tuple[str, ...] | None = None  # the zones the keys stand for, where the row says
+    servername: str | None = None  # the name a DoT upstream's certificate must carry, where it says
+    values: tuple[tuple[str, object], ...] = ()  # (field of the first forward's spec, value)
 
 
 def _plugin(path: str) -> str:
@@ -133,9 +135,53 @@ def _case(row: dict[str, Any]) -> ParseCase | None:
         raise ValueError(f"{ident}: no Corefile text in the row")
     if path == "plugin/cache/setup_test.go" and test in _CACHE_BLOCK:
         source = f"cache {{\n{source}\n}}"
+    values = _forward_values(row) if not refused else ()
+    if values:
+        return ParseCase(ident, plugin, _block(source), True, values=values)
+    if test == "TestSetupTLS" and row.get("expectedServerName"):
+        return ParseCase(ident, plugin, _block(source), not refused, servername=row["expectedServerName"])
     template = path == "plugin/template/setup_test.go"
     keys = "domain.com.:8053 dynamic.domain.com.:8053" if template else ".:1053"
     return ParseCase(ident, plugin, _block(source, keys), not refused)
+
+
+_GO_DURATION = {"time.Second": 1.0, "time.Millisecond": 1e-3, "time.Minute": 60.0}
+_GO_CONSTANT = {"defaultReadTimeout": 2.0}
+_RCODES = {"dns.RcodeNameError": 3, "dns.RcodeServerFailure": 2, "dns.RcodeRefused": 5}
+
+
+def _go_number(go: Any) -> float:
+    text = go["go"] if isinstance(go, dict) else str(go)
+    if text in _GO_CONSTANT:
+        return _GO_CONSTANT[text]
+    number, _, unit = text.partition(" * ")
+    return float(number) * (_GO_DURATION[unit] if unit else 1)
+
+
+def _forward_values(row: dict[str, Any]) -> tuple[tuple[str, object], ...]:
+    """The values CoreDNS's forward setup tests compare, as fields of our ForwardSpec."""
+    test = row["test"]
+    if test == "TestSetupMaxConcurrent":
+        return (("max_concurrent", int(_go_number(row["expectedVal"]))),)
+    if test == "TestSetupMaxIdleConns":
+        return (("max_idle_conns", int(_go_number(row["expectedVal"]))),)
+    if test == "TestSetupMaxAge":
+        return (("max_age", _go_number(row["expectedVal"])),)
+    if test == "TestSetupReadTimeout":
+        return (("read_timeout", _go_number(row["expectedVal"])),)
+    if test == "TestSetupMaxConnectAttempts":
+        attempts = int(_go_number(row["expectedVal"])) if row["expectedSet"] else None
+        return (("max_connect_attempts", attempts),)
+    if test == "TestSetupPolicy":
+        return (("policy", row["expectedPolicy"]),)
+    if test == "TestSetupHealthCheck":
+        return (("health_check_rd", row["expectedRecVal"]), ("health_check_name", row["expectedDomain"]))
+    if test == "TestFailfastAllUnhealthyUpstreams":
+        return (("failfast_all_unhealthy", row["expectedRecVal"]),)
+    if test == "TestNextAlternate":
+        rcodes = frozenset(_RCODES[c] for c in re.findall(r"dns\.Rcode\w+", row["expected"]["go"]))
+        return (("next_rcodes", rcodes),)
+    return ()
 
 
 # Rows of tables otherwise ported that cannot be: (id, reason)

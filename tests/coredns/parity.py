@@ -34,7 +34,8 @@ def _inside(directory: Path) -> Iterator[None]:
 
 
 def load(case: cases.ParseCase, directory: Path) -> tuple[bool, str]:
-    """(whether splitdns agrees with CoreDNS on the case, what splitdns said)."""
+    """(whether splitdns agrees with CoreDNS on the case, what splitdns said: the error, or
+    `loads` and what differs)."""
     for name, text in case.files.items():
         (directory / name).write_text(text)
     corefile = directory / "Corefile"
@@ -48,7 +49,16 @@ def load(case: cases.ParseCase, directory: Path) -> tuple[bool, str]:
         # CoreDNS's TestHostNormalizeExact checks the first zones, sorted, against its list
         zones = tuple(z for b in loaded.blocks for z in b.zones)
         if zones[:len(case.zones)] != tuple(sorted(case.zones)):
-            return False, f"zones {zones}"
+            return False, f"loads, but the zones are {zones}"
+    if case.values:  # the fields CoreDNS's test compares, on the first forward of the block
+        spec = loaded.blocks[0].forwards[0]
+        for name, want in case.values:
+            if getattr(spec, name) != want:
+                return False, f"loads, but {name} is {getattr(spec, name)!r}; CoreDNS's test wants {want!r}"
+    if case.servername is not None:  # CoreDNS's TestSetupTLS checks the first upstream's
+        first = loaded.blocks[0].forwards[0].upstreams[0].tls
+        if first is None or first.servername != case.servername:
+            return False, f"loads, but the servername is {first and first.servername}"
     return case.loads, "loads"
 
 

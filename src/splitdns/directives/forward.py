@@ -16,6 +16,8 @@ Syntax (CoreDNS's, minus DoH, gRPC and hostnames):
         next RCODE...
         failfast_all_unhealthy_upstreams [off]
         expire DURATION
+        max_age DURATION
+        max_idle_conns INTEGER
         tls_servername NAME
         tls [CERT KEY] [CA]
     }
@@ -25,7 +27,10 @@ resolv.conf file whose `nameserver` lines are read once, at load, or `openvpn`: 
 servers the VPN server pushes (the block needs an `openvpn` directive). `tls://IP[:PORT]`
 is DNS over TLS (port 853 by default): the certificate is verified against the system's
 CAs or `tls`'s CA file, for `tls_servername` (else the IP address itself), with a client
-certificate when `tls` names one; connections are kept for `expire` and reused.
+certificate when `tls` names one; connections are kept for `expire` and reused, and none
+longer than `max_age` (0, the default: no limit). `max_idle_conns` is accepted, as CoreDNS
+users write it, and has no effect: plain DNS opens a fresh socket per attempt and keeps
+nothing idle, and DNS over TLS keeps at most 8 connections per upstream.
 
 Failing fast is the default here, unlike CoreDNS: once every upstream of a forward is marked
 down (more than `max_fails` failures in a row, queries and health probes alike), queries get
@@ -62,7 +67,7 @@ POLICIES = ("random", "round_robin", "sequential")
 OPTIONS = (
     "except", "force_tcp", "prefer_udp", "policy", "max_fails", "health_check",
     "read_timeout", "max_concurrent", "max_connect_attempts", "failover", "next",
-    "failfast_all_unhealthy_upstreams", "expire", "tls_servername", "tls",
+    "failfast_all_unhealthy_upstreams", "expire", "max_age", "max_idle_conns", "tls_servername", "tls",
 )
 TLS_PORT = 853
 
@@ -76,6 +81,7 @@ class TlsSettings:
     cert: str | None = None           # a client certificate and its key, if the server asks
     key: str | None = None
     expire: float = 10.0              # an idle connection is closed after this long
+    max_age: float = 0.0              # and any connection after this long; 0: no limit
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,8 @@ class ForwardSpec:
     next_rcodes: frozenset[int] = frozenset()  # `next`: hand these replies to the next forward
     failfast_all_unhealthy: bool = True  # CoreDNS: False (see the module docstring)
     expire: float = 10.0
+    max_age: float = 0.0              # DNS over TLS: no connection lives longer; 0: no limit
+    max_idle_conns: int = 0           # accepted for CoreDNS's sake; nothing here keeps idle sockets
     line: str = ""                    # file:line, for messages
     where: Location | None = field(default=None, compare=False)  # the `forward` line
 
@@ -147,11 +155,20 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
             _tls_option(opt, tls)
         else:
             _option(opt, options)
+    expire, max_age = options.get("expire", 10.0), options.get("max_age", 0.0)
+    if isinstance(max_age, float) and isinstance(expire, float) and 0 < max_age < expire:
+        raise ConfigError(st.where, f"forward: max_age ({max_age:g}s) must not be less than expire "
+                                    f"({expire:g}s)")
     if any(up.tls for up in upstreams):
-        settings = TlsSettings(expire=options.get("expire", 10.0), **tls)  # type: ignore[arg-type]
+        settings = TlsSettings(expire=expire, max_age=max_age, **tls)  # type: ignore[arg-type]
+        named = [up for up in upstreams if up.tls and up.tls.servername]
+        if named and settings.servername:
+            raise ConfigError(st.where, f"forward: {named[0].origin} names its server, and tls_servername "
+                                        f"names {settings.servername}: give one of them")
         if read_files:
             _check_tls(st, settings)
-        upstreams = [replace(up, tls=settings) if up.tls else up for up in upstreams]
+        upstreams = [replace(up, tls=replace(settings, servername=up.tls.servername or settings.servername))
+                     if up.tls else up for up in upstreams]
     return ForwardSpec(origin=origin, upstreams=tuple(upstreams), **options)  # type: ignore[arg-type]
 
 
@@ -226,6 +243,12 @@ def _option(opt: Statement, out: dict[str, object]) -> None:
         if value <= 0:
             raise ConfigError(opt.where, f"{name}: must be more than zero")
         out[name] = value
+    elif name == "max_age":
+        _args.arity(opt, 1, 1, "max_age DURATION")
+        out["max_age"] = _args.duration(opt, args[0], name)  # a negative one is no duration here
+    elif name == "max_idle_conns":
+        _args.arity(opt, 1, 1, "max_idle_conns INTEGER")
+        out["max_idle_conns"] = _args.integer(opt, args[0], "max_idle_conns")
     elif name == "max_concurrent":
         _args.arity(opt, 1, 1, "max_concurrent INTEGER")
         out["max_concurrent"] = _args.integer(opt, args[0], "max_concurrent")
@@ -273,11 +296,13 @@ def _is_file_target(text: str) -> bool:
 
 def _targets(st: Statement, text: str) -> list[Upstream]:
     if text.startswith("tls://"):
-        address = _address(text[len("tls://"):], TLS_PORT)
+        host, servername = split_servername(text[len("tls://"):])
+        address = _address(host, TLS_PORT)
         if address is None:
             raise ConfigError(st.where, f"forward: {text!r} is not tls://IP or tls://IP:PORT "
-                                        "(hostnames are not supported: give tls_servername for the name)")
-        return [Upstream(address[0], address[1], text, TlsSettings())]
+                                        "(hostnames are not supported: give tls_servername for the name, "
+                                        "or write IP%NAME)")
+        return [Upstream(address[0], address[1], text, TlsSettings(servername=servername))]
     if text.startswith("dns://"):
         text = text[len("dns://"):]
     elif "://" in text:
@@ -296,6 +321,21 @@ def _targets(st: Statement, text: str) -> list[Upstream]:
     )
 
 
+def split_servername(host: str) -> tuple[str, str | None]:
+    """CoreDNS's splitZone: `IP%NAME[:PORT]` or `[IPv6%NAME]:PORT` is the address and the name
+    its certificate must carry (a tls_servername for that upstream alone)."""
+    if "%" not in host:
+        return host, None
+    cut = host.rindex("%")
+    address, name, port = host[:cut], host[cut + 1:], ""
+    if address.startswith("["):
+        address += "]"
+    if ":" in name:
+        colon = name.rindex(":")
+        name, port = name[:colon].removesuffix("]"), name[colon:]
+    return address + port, name
+
+
 def _address(text: str, default_port: int = 53) -> tuple[str, int] | None:
     host, port = text, default_port
     if text.startswith("["):
@@ -309,9 +349,9 @@ def _address(text: str, default_port: int = 53) -> tuple[str, int] | None:
             port = int(rest[1:])
     elif text.count(":") == 1:
         host, _, port_text = text.partition(":")
-        if not (port_text.isascii() and port_text.isdigit()):
+        if port_text and not (port_text.isascii() and port_text.isdigit()):
             return None
-        port = int(port_text)
+        port = int(port_text) if port_text else default_port  # `IP:` is IP on the default port
     try:
         ip = ipaddress.ip_address(host)
     except ValueError:

@@ -7,7 +7,8 @@ own timeout. Every query has a fresh random ID and its reply is checked in full,
 UDP (`wire.reply_matches`, then the reply reader); one that does not match closes the
 connection and fails the attempt (inside TLS it cannot be an off-path forgery, so it is a
 broken server). An idle connection the server closed is found at the next use and that
-query is sent once more on a new connection; one idle longer than `expire` is closed.
+query is sent once more on a new connection; one idle longer than `expire` is closed, and
+one older than `max_age` (when set) is not used again.
 
 The certificate is verified against the CA (or the system's), for `tls_servername` or the
 upstream's address; a server that fails it fails the attempt, and never gets the query.
@@ -32,6 +33,7 @@ class _Connection:
     reader: asyncio.StreamReader
     writer: asyncio.StreamWriter
     idle_since: float = 0.0
+    opened: float = 0.0
 
 
 class _Stale(Exception):
@@ -43,10 +45,11 @@ class _Pool:
         self.idle: list[_Connection] = []
         self.slots = asyncio.Semaphore(POOL_SIZE)
 
-    def take(self, now: float, expire: float) -> _Connection | None:
+    def take(self, now: float, expire: float, max_age: float = 0.0) -> _Connection | None:
         while self.idle:
             conn = self.idle.pop()  # the most recent: the least likely to be closed
-            if now - conn.idle_since < expire and not conn.writer.is_closing():
+            if now - conn.idle_since < expire and not conn.writer.is_closing() and \
+                    (not max_age or now - conn.opened < max_age):
                 return conn
             conn.writer.close()
         return None
@@ -74,7 +77,7 @@ async def ask(sent: bytes, up: Upstream, timeout: float, counters: Counters) -> 
     try:
         async with asyncio.timeout(timeout), pool.slots:
             loop = asyncio.get_running_loop()
-            conn = pool.take(loop.time(), up.tls.expire)
+            conn = pool.take(loop.time(), up.tls.expire, up.tls.max_age)
             if conn is not None:
                 try:
                     return await _exchange(conn, pool, sent, counters)
@@ -105,7 +108,7 @@ async def _connect(up: Upstream) -> _Connection:
         raise UpstreamError(f"TLS handshake with {up} failed: {err.reason or err}") from None
     except OSError as err:
         raise UpstreamError(f"TLS: {describe(err)}") from None
-    return _Connection(reader, writer)
+    return _Connection(reader, writer, opened=asyncio.get_running_loop().time())
 
 
 async def _exchange(conn: _Connection, pool: _Pool, sent: bytes, counters: Counters) -> replies.Reply:
