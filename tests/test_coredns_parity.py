@@ -29,7 +29,8 @@ def test_a_coredns_setup_case_behaves_as_its_verdict_says(case: cases.ParseCase,
 
 # `check` reads no resolv.conf (the pod's is not this machine's): a row whose verdict rests on one
 # is the loader's alone.
-READS_A_FILE = {"plugin/pkg/parse/host_test.go:TestHostPortOrFile#2"}
+READS_A_FILE = {"plugin/pkg/parse/host_test.go:TestHostPortOrFile#2",
+                "plugin/forward/setup_test.go:TestSetupResolvconf#1"}
 
 
 def test_check_reports_a_load_error_exactly_where_the_loader_refuses(tmp_path: Path,

@@ -64,16 +64,6 @@ _GAP_GROUPS: dict[str, tuple[str, ...]] = {
         "plugin/forward/setup_test.go:TestSourceAddress#2",
         "plugin/forward/setup_test.go:TestSourceAddress#3",
     ),
-    "splitdns refuses it (forward: 'resolv.conf' is neither an IP address (IP, IP:PORT,)": (
-        "plugin/forward/setup_test.go:TestSetupResolvconf#0",
-        "plugin/pkg/parse/host_test.go:TestHostPortOrFile#3",
-    ),
-    "splitdns refuses it (forward: 'resolv-ipv6.conf' is neither an IP address (IP, IP:)": (
-        "plugin/forward/setup_test.go:TestSetupResolvconf#2",
-    ),
-    "splitdns refuses it (forward: 'empty.conf' is neither an IP address (IP, IP:PORT, )": (
-        "plugin/forward/setup_test.go:TestSetupResolvconf#3",
-    ),
     "splitdns refuses it (unknown directive '{}')": (
         "plugin/cache/setup_test.go:TestSetup#1",
     ),

@@ -140,9 +140,14 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
             files.append(text)
             if not read_files:
                 continue
-        for up in _targets(st, text):
+            found = _resolv_conf(st, text)  # one with no nameserver adds none, as in CoreDNS
+        else:
+            found = _targets(st, text)
+        for up in found:
             if up not in upstreams:
                 upstreams.append(up)
+    if read_files and files and not upstreams and not tunnel:
+        raise ConfigError(st.where, f"forward: {', '.join(files)} has no usable nameserver line")
     if len(upstreams) > MAX_UPSTREAMS:
         raise ConfigError(st.where, f"forward: more than {MAX_UPSTREAMS} upstreams")
     if tunnel and (upstreams or files):
@@ -291,7 +296,9 @@ def _rcode(opt: Statement, text: str, noerror: bool = False) -> int:
 
 
 def _is_file_target(text: str) -> bool:
-    return "/" in text and "://" not in text and _address(text) is None
+    """A resolv.conf path: one with a slash, or a file of that name in the working directory
+    (CoreDNS's parse.HostPortOrFile tries the file when the text is no address)."""
+    return "://" not in text and _address(text) is None and ("/" in text or Path(text).is_file())
 
 
 def _targets(st: Statement, text: str) -> list[Upstream]:
@@ -366,7 +373,10 @@ def _resolv_conf(st: Statement, path: str) -> list[Upstream]:
         lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
     except OSError as err:
         raise ConfigError(st.where, f"forward: cannot read {path}: {err.strerror or err}") from None
-    return resolv_conf_upstreams(st, path, lines)
+    try:
+        return resolv_conf_upstreams(st, path, lines)
+    except ConfigError:
+        return []  # no usable nameserver: `parse` says so when no other upstream is left
 
 
 def read_resolv_conf(st: Statement, path: str) -> list[Upstream] | None:
