@@ -7,6 +7,7 @@ import gc
 import dns.message
 import dns.rcode
 
+from splitdns import config, directives
 from splitdns.codec import entries, wire
 from splitdns.core.cache import Cache
 from splitdns.directives.cache import CacheSpec
@@ -142,6 +143,21 @@ def test_serve_stale_keeps_expired_entries_for_the_window() -> None:
     assert cache.get(q.key, 31.0) is None
     assert cache.get_stale(q.key, 31.0) is entry and entries.remaining(entry, 31.0) == 0
     assert cache.get_stale(q.key, 3631.0) is None
+
+
+def test_serve_stale_ttl_and_recheck_are_the_ones_the_corefile_gives() -> None:
+    """`serve_stale 1h immediate 10s 2m`: a stale answer carries TTL 10 (not RFC 8767's 30),
+    and after a refresh is tried the next waits 2 minutes (not 30 s), as CoreDNS reads them."""
+    spec = config.loads(". {\n    cache {\n        serve_stale 1h immediate 10s 2m\n    }\n}\n"
+                        ).blocks[0][directives.CACHE]
+    assert spec is not None
+    for cache, ttl, recheck in ((Cache(spec), 10, 120.0), (Cache(CacheSpec(serve_stale=3600)), 30, 30.0)):
+        client = query("example.org.")
+        q, _ = put(cache, reply(client, "example.org. 60 IN A 192.0.2.1"), client, now=0.0)
+        stale = cache.stale_answer(q, 61.0)
+        assert stale is not None and dns.message.from_wire(stale).answer[0].ttl == ttl
+        cache.hold_refresh(q.key, 61.0)
+        assert not cache.refresh_due(q.key, 61.0 + recheck - 1) and cache.refresh_due(q.key, 61.0 + recheck)
 
 
 def test_cache_memory_budget_evicts_before_capacity() -> None:

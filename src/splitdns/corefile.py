@@ -105,7 +105,10 @@ def lex(text: str, file: str, env: Mapping[str, str]) -> list[Token]:
             while i < n and not text[i].isspace() and text[i] != "#":
                 i += 1
             where = Location(file, line)
-            tokens.append(Token(_substitute(text[start:i], where, env), where, newline))
+            if text[start:i] == "{}":  # `cache {}`: an empty block, written shut
+                tokens += [Token("{", where, newline), Token("}", where, False)]
+            else:
+                tokens.append(Token(_substitute(text[start:i], where, env), where, newline))
             newline = False
     return tokens
 

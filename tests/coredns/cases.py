@@ -52,7 +52,8 @@ class ParseCase:
     files: dict[str, str] = field(default_factory=dict)  # written beside the Corefile first
     zones: tuple[str, ...] | None = None  # the zones the keys stand for, where the row says
     servername: str | None = None  # the name a DoT upstream's certificate must carry, where it says
-    values: tuple[tuple[str, object], ...] = ()  # (field of the first forward's spec, value)
+    values: tuple[tuple[str, object], ...] = ()  # (field of the spec `on` names, value)
+    on: str = "forward"  # the first forward of the block, or its cache
 
 
 def _plugin(path: str) -> str:
@@ -138,6 +139,9 @@ def _case(row: dict[str, Any]) -> ParseCase | None:
     values = _forward_values(row) if not refused else ()
     if values:
         return ParseCase(ident, plugin, _block(source), True, values=values)
+    values = _cache_values(row) if not refused else ()
+    if values:
+        return ParseCase(ident, plugin, _block(source), True, values=values, on="cache")
     if test == "TestSetupTLS" and row.get("expectedServerName"):
         return ParseCase(ident, plugin, _block(source), not refused, servername=row["expectedServerName"])
     template = path == "plugin/template/setup_test.go"
@@ -145,8 +149,8 @@ def _case(row: dict[str, Any]) -> ParseCase | None:
     return ParseCase(ident, plugin, _block(source, keys), not refused)
 
 
-_GO_DURATION = {"time.Second": 1.0, "time.Millisecond": 1e-3, "time.Minute": 60.0}
-_GO_CONSTANT = {"defaultReadTimeout": 2.0}
+_GO_DURATION = {"time.Second": 1.0, "time.Millisecond": 1e-3, "time.Minute": 60.0, "time.Hour": 3600.0}
+_GO_CONSTANT = {"defaultReadTimeout": 2.0, "time.Duration(^uint32(0))": float(2**32 - 1)}
 _RCODES = {"dns.RcodeNameError": 3, "dns.RcodeServerFailure": 2, "dns.RcodeRefused": 5}
 
 
@@ -154,8 +158,11 @@ def _go_number(go: Any) -> float:
     text = go["go"] if isinstance(go, dict) else str(go)
     if text in _GO_CONSTANT:
         return _GO_CONSTANT[text]
+    if text in _GO_DURATION:
+        return _GO_DURATION[text]
     number, _, unit = text.partition(" * ")
-    return float(number) * (_GO_DURATION[unit] if unit else 1)
+    value = _GO_CONSTANT[number] if number in _GO_CONSTANT else float(number)
+    return value * (_GO_DURATION[unit] if unit else 1)
 
 
 def _forward_values(row: dict[str, Any]) -> tuple[tuple[str, object], ...]:
@@ -181,6 +188,19 @@ def _forward_values(row: dict[str, Any]) -> tuple[tuple[str, object], ...]:
     if test == "TestNextAlternate":
         rcodes = frozenset(_RCODES[c] for c in re.findall(r"dns\.Rcode\w+", row["expected"]["go"]))
         return (("next_rcodes", rcodes),)
+    return ()
+
+
+def _cache_values(row: dict[str, Any]) -> tuple[tuple[str, object], ...]:
+    """The values CoreDNS's cache setup tests compare, as fields of our CacheSpec."""
+    test = row["test"]
+    if test == "TestServeStale":
+        return (("serve_stale", _go_number(row["staleUpTo"])), ("serve_stale_verify", row["verifyStale"]),
+                ("serve_stale_ttl", int(_go_number(row["staleTTL"]))))
+    if test == "TestServeStaleFailureRecheck":
+        return (("serve_stale_recheck", _go_number(row.get("wantRecheck", {"go": "0"}))),)
+    if test == "TestServfail":
+        return (("servfail_ttl", _go_number(row["failttl"])),)
     return ()
 
 

@@ -64,28 +64,6 @@ _GAP_GROUPS: dict[str, tuple[str, ...]] = {
         "plugin/forward/setup_test.go:TestSourceAddress#2",
         "plugin/forward/setup_test.go:TestSourceAddress#3",
     ),
-    "splitdns refuses it (unknown directive '{}')": (
-        "plugin/cache/setup_test.go:TestSetup#1",
-    ),
-    "splitdns refuses it (serve_stale: '0' is not a duration (like 500ms, 2s, 1m))": (
-        "plugin/cache/setup_test.go:TestServeStale#7",
-    ),
-    "splitdns refuses it (serve_stale: wrong number of arguments)": (
-        "plugin/cache/setup_test.go:TestServeStale#8",
-        "plugin/cache/setup_test.go:TestServeStale#9",
-        "plugin/cache/setup_test.go:TestServeStale#10",
-        "plugin/cache/setup_test.go:TestServeStale#11",
-        "plugin/cache/setup_test.go:TestServeStale#12",
-        "plugin/cache/setup_test.go:TestServeStale#13",
-        "plugin/cache/setup_test.go:TestServeStale#14",
-        "plugin/cache/setup_test.go:TestServeStale#15",
-        "plugin/cache/setup_test.go:TestServeStale#16",
-        "plugin/cache/setup_test.go:TestServeStale#17",
-        "plugin/cache/setup_test.go:TestServeStaleFailureRecheck#0",
-        "plugin/cache/setup_test.go:TestServeStaleFailureRecheck#1",
-        "plugin/cache/setup_test.go:TestServeStaleFailureRecheck#2",
-        "plugin/cache/setup_test.go:TestServeStaleFailureRecheck#3",
-    ),
     "splitdns refuses it (cache: unknown option 'serve_stale_policy')": (
         "plugin/cache/setup_test.go:TestServeStalePolicy#0",
         "plugin/cache/setup_test.go:TestServeStalePolicy#1",

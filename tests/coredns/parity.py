@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from splitdns import config
+from splitdns import config, directives
 from splitdns.errors import ConfigError
 from tests.coredns import cases, expect
 
@@ -51,7 +51,7 @@ def load(case: cases.ParseCase, directory: Path) -> tuple[bool, str]:
         if zones[:len(case.zones)] != tuple(sorted(case.zones)):
             return False, f"loads, but the zones are {zones}"
     if case.values:  # the fields CoreDNS's test compares, on the first forward of the block
-        spec = loaded.blocks[0].forwards[0]
+        spec = loaded.blocks[0].forwards[0] if case.on == "forward" else loaded.blocks[0][directives.CACHE]
         for name, want in case.values:
             if getattr(spec, name) != want:
                 return False, f"loads, but {name} is {getattr(spec, name)!r}; CoreDNS's test wants {want!r}"

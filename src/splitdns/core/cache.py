@@ -107,13 +107,15 @@ class Cache:
         self._holds[key] = until
 
     def stale_answer(self, q: wire.Query, now: float) -> bytes | None:
-        """An expired answer still inside the serve_stale window, with RFC 8767's 30 s TTL."""
+        """An expired answer still inside the serve_stale window, with serve_stale's TTL (RFC
+        8767's 30 s unless it names another)."""
         if not self.spec.serve_stale:
             return None
         entry = self.get_stale(q.key, now)
         if entry is None:
             return None
-        return entries.render(entry, min(STALE_TTL, self.cap_of(entry)), q)
+        ttl = self.spec.serve_stale_ttl or STALE_TTL
+        return entries.render(entry, min(ttl, self.cap_of(entry)), q)
 
     def refresh_due(self, key: bytes, now: float) -> bool:
         """Whether a stale entry may be refreshed upstream now: once per STALE_RECHECK at most,
@@ -124,7 +126,7 @@ class Cache:
         """A refresh of this stale entry starts (or failed): the next waits STALE_RECHECK.
         A successful refresh replaces the entry, and with it this mark."""
         if self.get_stale(key, now) is not None:
-            self.hold(key, now + STALE_RECHECK)
+            self.hold(key, now + (self.spec.serve_stale_recheck or STALE_RECHECK))
 
     @property
     def stale_first(self) -> bool:

@@ -6,7 +6,7 @@ Syntax (CoreDNS's):
         success CAPACITY [TTL] [MINTTL]
         denial CAPACITY [TTL] [MINTTL]
         servfail DURATION
-        serve_stale [DURATION] [immediate|verify]
+        serve_stale [DURATION [immediate [TTL [RECHECK]] | verify [TIMEOUT [TTL [RECHECK]]]]]
         prefetch AMOUNT [DURATION [PERCENTAGE%]]
         disable success|denial [ZONES...]
     }
@@ -21,6 +21,12 @@ two asks is popular; when a hit finds less than PERCENTAGE (10% to 90%, default 
 TTL left, or at the latest 1 s before it expires, the upstream is asked again in the
 background, so clients keep getting hits. `disable` with ZONES stops caching that kind only
 for names under them.
+
+`serve_stale`'s further arguments are CoreDNS's: TTL, the TTL of a stale answer (a whole
+number of seconds; 0, the default, is RFC 8767's 30 s, capped by the cache's TTL), and
+RECHECK, how long after a failed refresh the next one waits (up to 5m; 0: 30 s, RFC 8767).
+`verify`'s TIMEOUT is accepted and has no effect: a stale answer is served once the
+upstreams fail, within the forward's own deadline.
 """
 
 from __future__ import annotations
@@ -49,6 +55,8 @@ class CacheSpec:
     servfail_ttl: float = 5.0
     serve_stale: float = 0.0          # 0: off; else how long past expiry an entry may be served
     serve_stale_verify: bool = False  # verify: ask upstream first, stale only on failure
+    serve_stale_ttl: int = 0          # the TTL of a stale answer; 0: RFC 8767's 30
+    serve_stale_recheck: float = 0.0  # after a failed refresh, the next waits this; 0: 30 s
     disable_success: bool = False
     disable_denial: bool = False
     disable_success_zones: tuple[str, ...] = ()  # with disable_success: only these (empty: all)
@@ -88,12 +96,7 @@ def _option(opt: Statement, out: dict[str, object]) -> None:
             raise ConfigError(opt.where, "servfail: at most 5m")
         out["servfail_ttl"] = value
     elif name == "serve_stale":
-        _args.arity(opt, 0, 2, "serve_stale [DURATION] [immediate|verify]")
-        out["serve_stale"] = _args.duration(opt, args[0], "serve_stale") if args else 3600.0
-        if len(args) > 1:
-            if args[1] not in ("immediate", "verify"):
-                raise ConfigError(opt.where, f"serve_stale: {args[1]!r} is not immediate or verify")
-            out["serve_stale_verify"] = args[1] == "verify"
+        _serve_stale(opt, out)
     elif name == "disable":
         _args.arity(opt, 1, None, "disable success|denial [ZONES...]")
         if args[0] not in ("success", "denial"):
@@ -104,6 +107,34 @@ def _option(opt: Statement, out: dict[str, object]) -> None:
         _prefetch(opt, out)
     else:
         raise _args.unknown_option(opt, "cache", OPTIONS)
+
+
+def _serve_stale(opt: Statement, out: dict[str, object]) -> None:
+    usage = "serve_stale [DURATION [immediate [TTL [RECHECK]] | verify [TIMEOUT [TTL [RECHECK]]]]]"
+    args = opt.args
+    _args.arity(opt, 0, 5, usage)
+    out["serve_stale"] = _args.duration(opt, args[0], "serve_stale") if args else 3600.0
+    if len(args) < 2:
+        return
+    mode = args[1].lower()
+    if mode not in ("immediate", "verify"):
+        raise ConfigError(opt.where, f"serve_stale: {args[1]!r} is not immediate or verify")
+    out["serve_stale_verify"] = mode == "verify"
+    rest = list(args[2:])
+    if mode == "verify" and rest:
+        _args.duration(opt, rest.pop(0), "serve_stale verify TIMEOUT")
+    if len(rest) > 2:
+        raise ConfigError(opt.where, f"serve_stale: too many arguments; usage: {usage}")
+    if rest:
+        ttl = _args.duration(opt, rest[0], "serve_stale TTL")
+        if ttl != int(ttl) or ttl > 2**32 - 1:
+            raise ConfigError(opt.where, "serve_stale: the TTL must be a whole number of seconds")
+        out["serve_stale_ttl"] = int(ttl)
+    if len(rest) > 1:
+        recheck = _args.duration(opt, rest[1], "serve_stale RECHECK")
+        if recheck > 300:
+            raise ConfigError(opt.where, "serve_stale: RECHECK is at most 5m")
+        out["serve_stale_recheck"] = recheck
 
 
 def _prefetch(opt: Statement, out: dict[str, object]) -> None:
