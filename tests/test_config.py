@@ -63,7 +63,6 @@ def test_dns_port_flag_changes_the_default_port_only() -> None:
     ("tls://example.org {\n errors\n}\n", 1, "tls:// servers are not supported"),
     ("example.org: {\n errors\n}\n", 1, "a ':' with no port after it"),
     ("example.org:99999 {\n errors\n}\n", 1, "is not a port number"),
-    ("a.example:53 b.example:54 {\n errors\n}\n", 1, "same port"),
     ("example.org {\n forward\n}\n", 2, "forward: wrong number of arguments"),
     ("example.org {\n forward . ns1.example.net\n}\n", 2, "hostnames are not supported"),
     ("example.org {\n forward . grpc://192.0.2.1\n}\n", 2, "grpc:// upstreams are not supported"),
@@ -219,3 +218,10 @@ def test_bad_zone_names_say_what_breaks(key: str, why: str) -> None:
 def test_zone_names_normalise_as_dnspython_does(labels: list[str], dot: bool) -> None:
     text = ".".join(labels) + ("." if dot else "")
     assert domain_name(text) == dns.name.from_text(text.lower()).to_text()
+
+
+def test_keys_on_several_ports_make_one_block_per_port_as_in_coredns() -> None:
+    loaded = config.loads("a.example:53 b.example:54 c.example {\n    forward . 192.0.2.1\n}\n")
+    assert [(b.zones, b.port) for b in loaded.blocks] == [(("a.example.", "c.example."), 53),
+                                                          (("b.example.",), 54)]
+    assert loaded.blocks[0].forwards == loaded.blocks[1].forwards

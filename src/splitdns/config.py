@@ -10,7 +10,7 @@ import difflib
 import functools
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -118,7 +118,7 @@ def build(blocks: list[corefile.ServerBlock], path: str, default_port: int,
           read_files: bool = True) -> Config:
     """Blocks to a Config. read_files False leaves resolv.conf targets unread (for linting
     a Corefile meant for a pod): they are then in each ForwardSpec's `files` only."""
-    built = tuple(_block(b, default_port, read_files) for b in blocks)
+    built = tuple(block for b in blocks for block in _blocks(b, default_port, read_files))
     _check_unique(built)
     _check_bind_consistency(built)
     config = Config(built, path)
@@ -126,19 +126,22 @@ def build(blocks: list[corefile.ServerBlock], path: str, default_port: int,
     return config
 
 
-def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True) -> Block:
-    zones: list[str] = []
-    ports: set[int] = set()
+def _blocks(sb: corefile.ServerBlock, default_port: int, read_files: bool = True) -> list[Block]:
+    """A server block, one Block per port its keys name (`a.example b.example:1053 { ... }`
+    serves a.example on the default port and b.example on 1053, as CoreDNS does)."""
+    by_port: dict[int, list[str]] = {}
     for key in sb.keys:
         for text in key.text.split(","):
             if text:
                 zone_names, port = _key(key, text, default_port)
-                zones.extend(zone_names)
-                ports.add(port)
-    if not zones:
+                by_port.setdefault(port, []).extend(zone_names)
+    if not by_port:
         raise ConfigError(sb.where, "a server block needs a zone before its '{' (\".\" for every name)")
-    if len(ports) > 1:
-        raise ConfigError(sb.where, "all keys of one server block must use the same port")
+    block = _block(sb, read_files)
+    return [replace(block, zones=tuple(dict.fromkeys(zones)), port=port) for port, zones in by_port.items()]
+
+
+def _block(sb: corefile.ServerBlock, read_files: bool = True) -> Block:
     seen: dict[str, corefile.Statement] = {}
     specs: dict[str, object] = {}
     forwards: list[forward.ForwardSpec] = []
@@ -169,8 +172,7 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
         if spec.tunnel and tunnel is None:
             raise ConfigError(st.where, f"forward {spec.origin} openvpn needs an `openvpn` "
                                         "directive in the same block, to say where the tunnel state is")
-    return Block(zones=tuple(dict.fromkeys(zones)), port=ports.pop(), where=sb.where,
-                 forwards=tuple(forwards), specs=Specs(specs))
+    return Block(zones=(), port=0, where=sb.where, forwards=tuple(forwards), specs=Specs(specs))
 
 
 def _unknown(st: corefile.Statement) -> ConfigError:

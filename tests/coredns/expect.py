@@ -81,10 +81,6 @@ _GAP_GROUPS: dict[str, tuple[str, ...]] = {
     "splitdns refuses it (some blocks on port 53 use bind and this one does not: give e)": (
         "core/dnsserver/register_test.go:TestGroupingServers#7",
     ),
-    "splitdns refuses it (all keys of one server block must use the same port)": (
-        "core/dnsserver/register_test.go:TestInspectServerBlocks#7",
-        "core/dnsserver/register_test.go:TestInspectServerBlocks#8",
-    ),
 }
 GAPS = {ident: f"gap: {why}" for why, idents in _GAP_GROUPS.items() for ident in idents}
 EXPECT.update(GAPS)

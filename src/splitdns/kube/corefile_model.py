@@ -102,7 +102,8 @@ def _block(sb: corefile.ServerBlock, path: str, default_port: int) -> Block:
     errors: list[tuple[str, ConfigError]] = []
     try:
         keyed = config.build([corefile.ServerBlock(sb.keys, ())], path, default_port, read_files=False)
-        zones, port = keyed.blocks[0].zones, keyed.blocks[0].port
+        # keys on several ports are several blocks to the resolver; the lints see every zone
+        zones, port = tuple(z for b in keyed.blocks for z in b.zones), keyed.blocks[0].port
     except ConfigError as err:
         if not any(corefile.deferred(tok.text) for tok in sb.keys):
             errors.append(("keys", err))
