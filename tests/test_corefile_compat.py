@@ -286,3 +286,15 @@ def test_check_for_coredns_reports_nothing_coredns_accepts(tmp_path: Path, text:
     assert [f.text(False) for f in found if f.severity == "error"] == []
     # The same file for splitdns is refused, so the quiet verdict above is a choice, not blindness.
     assert any(f.code == "SD100" for f in lint.check([str(path)], lint.Options(resolver="splitdns")))
+
+
+def test_several_log_lines_are_coredns_rules_the_first_whose_names_match_decides() -> None:
+    spec = config.loads(". {\n    log a.example {\n        class denial\n    }\n"
+                        "    log example {combined}\n}\n").blocks[0][directives.LOG]
+    assert spec is not None
+    nxdomain, noerror = 3, 0
+    assert spec.rule_for(wire.name_to_wire("x.a.example."), noerror) is None  # a.example's: denial only
+    assert spec.rule_for(wire.name_to_wire("x.a.example."), nxdomain) is spec
+    chosen = spec.rule_for(wire.name_to_wire("b.example."), noerror)
+    assert chosen is not None and chosen.template == "{combined}"
+    assert spec.rule_for(wire.name_to_wire("b.example.net."), noerror) is None

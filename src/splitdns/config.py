@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from splitdns import corefile, directives
-from splitdns.directives import bind, forward, limits, operations
+from splitdns.directives import bind, forward, limits, logging, operations
 from splitdns.directives._args import CIDR, domain_name, reverse_zones
 from splitdns.errors import ConfigError, Location
 
@@ -151,6 +151,10 @@ def _block(sb: corefile.ServerBlock, read_files: bool = True) -> Block:
         if directive is None:
             raise _unknown(st)
         name = directive.name
+        earlier = specs.get(name)
+        if isinstance(earlier, logging.LogSpec):  # several `log` lines: CoreDNS's rules, in order
+            specs[name] = earlier.and_then(directives.LOG.parse(st))
+            continue
         if isinstance(directive, directives.Once) and name in seen:
             raise ConfigError(st.where, f"{name} can be used only once per server block "
                                         f"(first at {seen[name].where})")

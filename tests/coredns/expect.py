@@ -74,10 +74,6 @@ _GAP_GROUPS: dict[str, tuple[str, ...]] = {
     "splitdns refuses it (template: '(?P<x>' is not a domain name ('(<>?' is not allowe)": (
         "plugin/template/setup_test.go:TestSetupParse#14",
     ),
-    "splitdns refuses it (log can be used only once per server block (first at /tmp/tmp)": (
-        "plugin/log/setup_test.go:TestLogParse#4",
-        "plugin/log/setup_test.go:TestLogParse#5",
-    ),
     "splitdns refuses it (some blocks on port 53 use bind and this one does not: give e)": (
         "core/dnsserver/register_test.go:TestGroupingServers#7",
     ),

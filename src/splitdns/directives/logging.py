@@ -6,7 +6,8 @@ Syntax:
     log [NAMES...] [FORMAT] [{ format coredns|json; class success|denial|error|all... }]
 
 As in CoreDNS, one argument to `log` is a name; with more, the last one is the FORMAT when it
-holds a `{` (`{common}`, `{combined}` or a template of placeholders such as `{name}`).
+holds a `{` (`{common}`, `{combined}` or a template of placeholders such as `{name}`). A
+block may have several `log` lines: the first whose NAMES cover the query's name writes it.
 `consolidate` is CoreDNS's: errors whose text matches REGEX are counted for DURATION and
 written as one line (`N errors like 'REGEX' occurred in last DURATION`) at LEVEL (error,
 warning, info or debug), the first one in full with `show_first`. `stacktrace` (Go stack
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from splitdns.codec.wire import is_subdomain, name_to_wire
 from splitdns.corefile import Statement
@@ -57,13 +58,25 @@ class LogSpec:
     def wire_names(self) -> tuple[bytes, ...]:
         return tuple(name_to_wire(n) for n in self.names)
 
+    more: tuple[LogSpec, ...] = ()   # the block's further `log` lines, in file order
+
+    def rule_for(self, name: bytes, rcode: int) -> LogSpec | None:
+        """The `log` line that writes the reply to a query for `name` (wire form), or None. As
+        in CoreDNS, the first line whose NAMES cover the name decides, by its classes
+        (success, denial, error)."""
+        for rule in (self, *self.more):
+            if rule.names == (".",) or any(is_subdomain(name, n) for n in rule.wire_names):
+                kind = "error" if rcode not in (0, 3) else ("denial" if rcode == 3 else "success")
+                return rule if "all" in rule.classes or kind in rule.classes else None
+        return None
+
     def wants(self, name: bytes, rcode: int) -> bool:
-        """Whether the reply to a query for `name` (wire form) is logged: its class (success,
-        denial, error) and the name asked."""
-        kind = "error" if rcode not in (0, 3) else ("denial" if rcode == 3 else "success")
-        if "all" not in self.classes and kind not in self.classes:
-            return False
-        return self.names == (".",) or any(is_subdomain(name, n) for n in self.wire_names)
+        """Whether the reply to a query for `name` (wire form) is logged."""
+        return self.rule_for(name, rcode) is not None
+
+    def and_then(self, later: LogSpec) -> LogSpec:
+        """This spec with one more `log` line of the same block after it."""
+        return replace(self, more=(*self.more, later))
 
 
 def parse_errors(st: Statement) -> ErrorsSpec:

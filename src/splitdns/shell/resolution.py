@@ -170,9 +170,10 @@ class Resolution:
 
     def log_query(self, block: Block, q: wire.Query, addr: datagrams.Peer, proto: str,
                   size: int, out: bytes, start: float) -> None:
-        spec = block[directives.LOG]
-        assert spec is not None
-        if not spec.wants(q.name, out[3] & 0xF):
+        rules = block[directives.LOG]
+        assert rules is not None
+        spec = rules.rule_for(q.name, out[3] & 0xF)
+        if spec is None:
             return
         seconds = self.clock() - start
         if spec.template is not None:
