@@ -11,7 +11,8 @@ only for what the pod itself must fix or is doing: a forwarding loop, or shuttin
 `/ready?zone=Z` is live: 503 while Z has not answered yet, while all its upstreams are marked
 down, while its tunnel is down, or while it loops.
 
-Pure: no sockets, no clock (`now` comes in), no logging (lines are returned).
+Sans-io: no sockets, no clock (`now` comes in), no logging (lines are returned); the
+zone's readiness and tunnel state are set here.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ orders its plugins): `cache`, then `rewrite`, `template` and `hosts` (local.py),
 `openvpn` (the tunnel's state), `forward`. `loadbalance` wraps every answer, `private_addresses`
 and `minimal` act on the upstream's reply in `settle`, `errors` and `log` are lines the shell
 writes.
-Pure: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s).
+Sans-io: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s); it
+keeps the zone's state (cache, flights, counts, health), which only its methods change.
 """
 
 from __future__ import annotations
