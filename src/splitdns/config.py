@@ -175,8 +175,22 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
                  forwards=tuple(forwards), specs=Specs(specs))
 
 
+# Plugins CoreDNS itself dropped: what to use instead is the whole answer, not a spelling guess.
+RETIRED = {"proxy": "removed from CoreDNS in 1.7 (no CoreDNS since runs it); use `forward`, which "
+                    "takes the same FROM TO... arguments"}
+
+
+def retired(name: str) -> str | None:
+    """Why a directive CoreDNS no longer has is refused, and what replaces it; None for others."""
+    why = RETIRED.get(name)
+    return f"`{name}` was {why}" if why else None
+
+
 def _unknown(st: corefile.Statement) -> ConfigError:
     supported = ", ".join(directives.SUPPORTED)
+    gone = retired(st.name)
+    if gone:
+        return ConfigError(st.where, gone)
     if st.name in directives.COREDNS_ONLY:
         return ConfigError(st.where, f"{st.name!r} is a CoreDNS plugin that splitdns does not "
                                      f"implement; splitdns supports: {supported}")
