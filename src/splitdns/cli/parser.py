@@ -199,12 +199,15 @@ def _add_verify(commands: argparse._SubParsersAction[Parser]) -> None:
                     "its replacement.",
         epilog="exit codes (one per verdict):\n"
                "  0  all good\n  1  could not run (bad arguments, kubectl failed)\n"
-               "  2  the resolver is not answering on 127.0.0.1\n  3  naming problem in a zone\n"
+               "  2  the resolver is not answering (on 127.0.0.1, or --port)\n"
+               "  3  naming problem in a zone: its DNS server answers, but not with that name\n"
                "  4  the tunnel is down (the resolver says so)\n"
-               "  5  names resolve, connections time out: routing\n"
+               "  5  routing: names resolve but connections time out, or a zone's DNS server does "
+               "not answer and cannot be reached\n"
                "  6  the pod spec is wrong (worked before the replacement and not after, or the "
                "pod's resolv.conf does not name only 127.0.0.1)\n"
-               "  7  names resolve, the service refuses connections\n"
+               "  7  names resolve, the service refuses connections (or a zone's DNS server's host "
+               "refuses its port)\n"
                "  70 internal error (a bug in splitdns)")
     p.add_argument("target", nargs="?", metavar="TARGET",
                    help="A pod to run in, as for --kubectl (deploy/app, pod/NAME): `kubectl splitdns "
