@@ -1,0 +1,149 @@
+"""What a user meets in the first commands they run: output piped into `head`, a module the command
+needs and the install lacks, the flags one command suggests or shares with another, and errors that
+name the API server they could not reach."""
+
+from __future__ import annotations
+
+import io
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from splitdns import cli
+from tests.support.processes import free_port
+
+DATA = Path(__file__).parent / "data" / "kube"
+ZONES = ["--zone", "svc.acme.internal=192.0.2.1", "--cluster-dns", "10.96.0.10"]
+
+
+class ClosedPipe(io.TextIOBase):
+    """stdout whose reader went away, as `| head -1` leaves it once head has its line."""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    def flush(self) -> None:
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+def _corefile(tmp_path: Path) -> Path:
+    path = tmp_path / "Corefile"
+    path.write_text(".:53 {\n forward . 192.0.2.1\n}\nsvc.acme.internal:53 {\n forward . 192.0.2.2\n}\n")
+    return path
+
+
+@pytest.mark.parametrize("command", ["explain", "render", "check", "inject", "verify", "help"])
+def test_output_into_a_closed_pipe_ends_quietly(
+        command: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    corefile = _corefile(tmp_path)
+    manifest = tmp_path / "deploy.yaml"
+    assert cli.main(["render", *ZONES, "--output-dir", str(tmp_path / "out")]) == 0
+    manifest.write_text((tmp_path / "out" / "splitdns.yaml").read_text())
+    argv = {
+        "explain": ["explain", "db.svc.acme.internal", "-conf", str(corefile)],
+        "render": ["render", *ZONES],
+        "check": ["check", str(corefile), str(DATA / "scenario" / "pod.yaml")],
+        "inject": ["inject", str(manifest), *ZONES],
+        "verify": ["verify", "--port", str(free_port("127.0.0.1")), "--resolv-conf", str(tmp_path / "none")],
+        "help": ["render", "--help"],
+    }[command]
+    err = io.StringIO()
+    monkeypatch.setattr(sys, "stdout", ClosedPipe())
+    monkeypatch.setattr(sys, "stderr", err)
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_:  # --help
+        code = int(exit_.code or 0)
+    assert code in (0, cli.EXIT_PIPE), code
+    assert "error" not in err.getvalue().lower() and "BrokenPipe" not in err.getvalue(), err.getvalue()
+
+
+def test_explain_into_head_says_nothing_on_stderr(tmp_path: Path) -> None:
+    """The real thing: a pipe whose reader closed, and the interpreter's own exit flush."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        done = subprocess.run([sys.executable, "-m", "splitdns", "explain", "db.svc.acme.internal", "-conf",
+                               str(_corefile(tmp_path))], stdout=write, stderr=subprocess.PIPE, text=True,
+                              timeout=30)
+    finally:
+        os.close(write)
+    assert done.stderr == "" and done.returncode == cli.EXIT_PIPE, done.stderr
+
+
+def test_a_missing_optional_module_is_named_with_what_installs_it(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    from splitdns.commands import webhook
+
+    def without_aiohttp(*args: object) -> int:
+        import aiohttp_not_installed  # type: ignore[import-not-found]  # noqa: F401
+
+        return 0
+
+    # What `import aiohttp` raises where the extra is not installed: ModuleNotFoundError, name aiohttp.
+    def run(*args: object) -> int:
+        raise ModuleNotFoundError("No module named 'aiohttp'", name="aiohttp")
+
+    monkeypatch.setattr(webhook, "run", run)
+    code = cli.main(["webhook", "--tls-cert", "c.pem", "--tls-key", "k.pem", *ZONES])
+    err = capsys.readouterr().err
+    assert code == cli.EXIT_MISSING
+    assert err == ("splitdns webhook: the module aiohttp is not installed; it comes with the `webhook` "
+                   "extra: pip install 'splitdns[webhook]'\n")
+    # Any other missing module is still our bug, said as one.
+    monkeypatch.setattr(webhook, "run", without_aiohttp)
+    assert cli.main(["webhook", "--tls-cert", "c.pem", "--tls-key", "k.pem", *ZONES]) == cli.EXIT_INTERNAL
+
+
+@pytest.mark.parametrize("command", ["render", "inject", "webhook", "verify"])
+def test_minus_n_is_namespace_wherever_namespace_is(command: str) -> None:
+    parser = cli.build_parser()
+    extra = {"webhook": ["--tls-cert", "c", "--tls-key", "k"]}.get(command, [])
+    assert parser.parse_args([command, *extra, "-n", "shop"]).namespace == "shop"
+    assert parser.parse_args([command, *extra, "--namespace", "shop"]).namespace == "shop"
+
+
+def test_inject_has_the_flag_its_error_suggests(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "app"},
+                                        "spec": {"containers": [{"name": "app", "image": "app"}]}}))
+    assert cli.main(["inject", str(manifest), "--zone", "svc.acme.internal=192.0.2.1"]) == 2
+    err = capsys.readouterr().err
+    assert "--cluster-dns-from-cluster" in err
+    parsed = cli.build_parser().parse_args(["inject", "--cluster-dns-from-cluster", "--kubeconfig", "k"])
+    assert parsed.from_cluster and parsed.kubeconfig == "k"
+
+
+def test_the_webhook_suggests_only_flags_it_has(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["webhook", "--tls-cert", "c", "--tls-key", "k",
+                     "--zone", "svc.acme.internal=192.0.2.1"]) == 2
+    err = capsys.readouterr().err
+    assert "--cluster-dns IP" in err and "--cluster-dns-from-cluster" not in err
+
+
+def _kubeconfig_to_nowhere(tmp_path: Path) -> tuple[Path, str]:
+    server = f"https://127.0.0.1:{free_port('127.0.0.1')}"  # nothing listens: connection refused
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "c",
+        "clusters": [{"name": "c", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}))
+    return path, server
+
+
+@pytest.mark.parametrize("command", [["doctor"], ["render", "--zone", "svc.acme.internal=192.0.2.1",
+                                                  "--cluster-dns-from-cluster"]])
+def test_an_unreachable_api_server_is_named(command: list[str], tmp_path: Path,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    kubeconfig, server = _kubeconfig_to_nowhere(tmp_path)
+    code = cli.main([*command, "--kubeconfig", str(kubeconfig)])
+    err = capsys.readouterr().err
+    assert code in (1, 2) and f"cannot reach the API server {server}" in err, err
