@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import io
 import os
+import socket
 import subprocess
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
 
 import pytest
@@ -147,3 +149,61 @@ def test_an_unreachable_api_server_is_named(command: list[str], tmp_path: Path,
     code = cli.main([*command, "--kubeconfig", str(kubeconfig)])
     err = capsys.readouterr().err
     assert code in (1, 2) and f"cannot reach the API server {server}" in err, err
+
+
+@pytest.mark.parametrize("kind", [socket.SOCK_DGRAM, socket.SOCK_STREAM], ids=["udp", "tcp"])
+def test_an_address_in_use_is_named_with_what_to_do(
+        kind: int, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """UDP taken (the kernel's words) or TCP taken (asyncio's, with a Python tuple in them): the same
+    sentence, naming the address and port and the way out."""
+    holder = socket.socket(socket.AF_INET, kind)
+    holder.bind(("127.0.0.1", 0))
+    port = holder.getsockname()[1]
+    if kind == socket.SOCK_STREAM:
+        holder.listen()
+    corefile = tmp_path / "Corefile"
+    corefile.write_text(". {\n forward . 192.0.2.1\n}\n")
+    try:
+        code = cli.main(["serve", "-conf", str(corefile), "-dns.port", str(port)])
+    finally:
+        holder.close()
+    err = capsys.readouterr().err
+    assert code == 1
+    assert err.startswith(f"[ERROR] cannot listen on dns://127.0.0.1:{port}: Address already in use: "
+                          "another process holds that address and port"), err
+    assert "-dns.port N" in err
+    assert "attempting" not in err and "('127.0.0.1'" not in err and "Errno" not in err
+
+
+def test_serve_on_a_configmap_says_it_is_one(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    configmap = tmp_path / "coredns.yaml"
+    configmap.write_text("# the cluster's CoreDNS\napiVersion: v1\nkind: ConfigMap\nmetadata:\n"
+                         "  name: coredns\ndata:\n  Corefile: |\n    . {\n"
+                         "        forward . 192.0.2.1\n    }\n")
+    assert cli.main(["serve", "-conf", str(configmap)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"[ERROR] {configmap} is a Kubernetes ConfigMap, not a Corefile"), err
+    assert "a ':' with no port" not in err and "/etc/coredns/Corefile" in err
+
+
+@pytest.mark.parametrize(("keys", "noted"), [((".:5392", "example.org:5393"), True),
+                                             ((".:5392", "example.org"), False)])
+def test_a_dns_port_that_changes_nothing_is_said_once(
+        keys: tuple[str, ...], noted: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from splitdns.commands import serve
+
+    def no_loop(main: Coroutine[object, object, int]) -> int:
+        main.close()  # what would be served is not under test, only what start-up says
+        return 0
+
+    monkeypatch.setattr(serve, "run_loop", no_loop)
+    corefile = tmp_path / "Corefile"
+    corefile.write_text("".join(f"{key} {{\n forward . 192.0.2.1\n}}\n" for key in keys))
+    assert cli.main(["serve", "-conf", str(corefile), "-dns.port", "5000"]) == 0
+    err = capsys.readouterr().err
+    note = (f"[WARNING] -dns.port 5000 changes nothing: every server key of {corefile} names its own port "
+            "(5392, 5393), as in CoreDNS\n")
+    assert err == (note if noted else ""), err
+    assert cli.main(["serve", "-conf", str(corefile)]) == 0  # not given: nothing to say
+    assert capsys.readouterr().err == ""

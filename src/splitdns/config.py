@@ -206,6 +206,20 @@ def near_miss(name: str,
     return found[0] if found else None
 
 
+def ports_named(blocks: list[corefile.ServerBlock]) -> bool:
+    """Whether every server key names its own port, so that a default port (-dns.port) changes
+    nothing. Keys that do not parse count as naming none: their error comes from `build`."""
+    for sb in blocks:
+        for key in sb.keys:
+            for text in key.text.split(","):
+                try:
+                    if text and _key(key, text, 0)[1] == 0:
+                        return False
+                except ConfigError:
+                    return False
+    return True
+
+
 def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], int]:
     where = tok.where
     rest = text

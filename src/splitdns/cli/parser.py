@@ -51,7 +51,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
                     "70 internal error.")
     p.add_argument("-conf", "--conf", dest="conf", default="Corefile",
                    help="The Corefile to load (default: ./Corefile).")
-    p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=53,
+    p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=None,
                    help="The port of server blocks whose keys name none (default: 53).")
     p.add_argument("--corefile-env", metavar="NAME",
                    help="Read the Corefile's text from the environment variable NAME instead of a file "
@@ -63,8 +63,9 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
                     "loopback addresses, in the layout of a pod with a VPN sidecar (a catch-all and "
                     "the tunnel zone svc.acme.internal); ask it the example queries and print the "
                     "answers, then the dig commands to try.")
-    p.add_argument("--port", type=_port, default=53,
-                   help="Port on 127.0.0.1 (default 53; falls back to 5300 if 53 is taken).")
+    p.add_argument("--port", type=_port, default=None,
+                   help="Port on 127.0.0.1 (default 53, or 5300 if 53 is taken; a port given here is "
+                        "that port or an error).")
 
     _add_check(commands)
     _add_render(commands)
