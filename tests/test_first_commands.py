@@ -207,3 +207,64 @@ def test_a_dns_port_that_changes_nothing_is_said_once(
     assert err == (note if noted else ""), err
     assert cli.main(["serve", "-conf", str(corefile)]) == 0  # not given: nothing to say
     assert capsys.readouterr().err == ""
+
+
+def _deployment(vpn_args: list[str]) -> dict[str, object]:
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "app", "namespace": "shop"},
+            "spec": {"selector": {"matchLabels": {"app": "app"}}, "template": {
+                "metadata": {"labels": {"app": "app"}},
+                "spec": {"containers": [{"name": "app", "image": "registry.example.org/app:1"},
+                                        {"name": "vpn", "image": "registry.example.org/openvpn-client:2.6",
+                                         "args": vpn_args}]}}}}
+
+
+def _inject(tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: object, *flags: str) -> tuple[int, str]:
+    path = tmp_path / "in.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    capsys.readouterr()
+    code = cli.main(["inject", str(path), *flags])
+    return code, capsys.readouterr().err
+
+
+def test_inject_that_finds_no_pod_template_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}
+    code, err = _inject(tmp_path, capsys, configmap, *ZONES)
+    assert code == 1
+    assert err == (f"splitdns inject: no pod template in {tmp_path / 'in.yaml'} (a Pod, Deployment, "
+                   "StatefulSet, DaemonSet, ReplicaSet, Job, CronJob or a List of them): nothing was "
+                   "injected\n")
+
+
+@pytest.mark.parametrize(("flags", "warned"), [(["--cluster-dns", "10.96.0.10"], True), (ZONES, False)])
+def test_inject_without_a_private_zone_says_so(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], flags: list[str], warned: bool) -> None:
+    code, err = _inject(tmp_path, capsys, _deployment(["--config", "/etc/openvpn/client.ovpn"]), *flags)
+    assert code == 0
+    assert ("warning: no private zone given" in err) is warned, err
+
+
+MANAGED = ["--config", "/etc/openvpn/client.ovpn", "--management", "127.0.0.1", "7505",
+           "--management-up-down", "--management-hold"]
+
+
+@pytest.mark.parametrize(("vpn_args", "zone", "said"), [
+    (["--config", "/etc/openvpn/client.ovpn"], "openvpn",
+     "container vpn runs OpenVPN without --management, --management-up-down, --management-hold on its "
+     "command line; zone svc.acme.internal learns its DNS servers from OpenVPN's management interface, so "
+     "start it with --management 127.0.0.1 7505 --management-up-down --management-hold"),
+    (MANAGED[:5], "openvpn", "without --management-up-down, --management-hold"),
+    ([*MANAGED[:4], "7506", *MANAGED[5:]], "openvpn", "pass --openvpn-management 127.0.0.1:7506"),
+    (MANAGED, "openvpn", None),
+    (["--config", "/etc/openvpn/client.ovpn"], "192.0.2.1", None),  # no zone learns from OpenVPN
+])
+def test_inject_says_what_the_vpn_container_needs_for_a_tunnel_zone(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], vpn_args: list[str], zone: str,
+        said: str | None) -> None:
+    code, err = _inject(tmp_path, capsys, _deployment(vpn_args), "--zone", f"svc.acme.internal={zone}",
+                        "--cluster-dns", "10.96.0.10")
+    assert code == 0
+    if said is None:
+        assert "OpenVPN" not in err, err
+    else:
+        assert said in err, err

@@ -284,7 +284,7 @@ def _add_inject(commands: argparse._SubParsersAction[Parser]) -> None:
                     "for byte; an injected document is rewritten, so its comments are lost. Injecting "
                     "twice gives the same as once.",
         epilog="exit codes:\n  0  every pod template injected (or already)\n"
-               "  1  some were left alone (the reasons on stderr)\n"
+               "  1  some were left alone (the reasons on stderr), or none was found\n"
                "  2  bad input or settings (the message says what)")
     p.add_argument("files", nargs="*", metavar="FILE",
                    help="A YAML file to inject, or `-` for stdin (the default when none is given).")
