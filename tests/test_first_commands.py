@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -268,3 +269,41 @@ def test_inject_says_what_the_vpn_container_needs_for_a_tunnel_zone(
         assert "OpenVPN" not in err, err
     else:
         assert said in err, err
+
+
+MAKEFILE = Path(__file__).parents[1] / "Makefile"
+
+
+@pytest.mark.tooling
+def test_the_end_to_end_tier_names_each_module_as_it_starts(tmp_path: Path) -> None:
+    """`make test`'s end-to-end tier runs for minutes: each module's name shows as it starts, before
+    its dots, as pytest does at verbosity 0 (with -q it would print dots only)."""
+    text = MAKEFILE.read_text()
+    flags = re.search(r"^E2E_OUTPUT = (.*)$", text, re.M)
+    assert flags is not None
+    runs = [line for line in text.splitlines() if "$(E2E)" in line and "pytest" in line]
+    assert runs and all("$(E2E_OUTPUT)" in line and " -q" not in line for line in runs), runs
+    module = tmp_path / "test_slow_module.py"
+    module.write_text("import sys\n\ndef test_one():\n    print('started', file=sys.stderr)\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *flags.group(1).split(),
+                           "-c", os.devnull, "-s", str(module)], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env={**os.environ, "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"})
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "test_slow_module.py " in done.stdout, done.stdout
+    assert len(done.stdout.splitlines()) <= 6, done.stdout  # short: no header, no per-test lines
+
+
+@pytest.mark.tooling
+def test_the_readme_names_what_make_run_installs() -> None:
+    """`make run` installs the package's own dependencies (`pip install -e .`); the README lists them."""
+    text = MAKEFILE.read_text()
+    recipe = text.split("$(VENV)/.run-installed: pyproject.toml", 1)[1].split("\n\n", 1)[0]
+    assert "pip install --progress-bar on -e .\n" in recipe + "\n"
+    import tomllib
+
+    project = tomllib.loads((MAKEFILE.parent / "pyproject.toml").read_text())["project"]
+    names = [re.split(r"[<>=;\[ ]", dep, maxsplit=1)[0] for dep in project["dependencies"]]
+    readme = (MAKEFILE.parent / "README.md").read_text().split("`make run` installs", 1)[1].split("\n\n")[0]
+    readme = " ".join(readme.split())
+    assert all(name in readme for name in names), (names, readme)
+    assert "only what running needs" not in readme
