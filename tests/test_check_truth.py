@@ -47,9 +47,6 @@ data:
 """
 
 
-@pytest.mark.xfail(strict=True, reason="SD110 takes CoreDNS's hosts/loadbalance for splitdns's own "
-                                       "directives until the one directive registry says which "
-                                       "directives CoreDNS has")
 def test_the_stock_kubeadm_coredns_configmap_has_no_error(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "coredns.yaml"

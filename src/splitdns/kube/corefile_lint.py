@@ -16,7 +16,6 @@ from splitdns.kube.corefile_model import Block
 from splitdns.kube.findings import Finding
 from splitdns.kube.sources import CLUSTER, POD, CorefileSource
 
-
 IsTunnel = Callable[[str], str | None]  # upstream address -> why it is the tunnel, or None
 
 
