@@ -85,8 +85,8 @@ def test_a_missing_optional_module_is_named_with_what_installs_it(
         monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
     from splitdns.commands import webhook
 
-    def without_aiohttp(*args: object) -> int:
-        import aiohttp_not_installed  # type: ignore[import-not-found]  # noqa: F401
+    def a_bug(*args: object) -> int:
+        import splitdns_module_that_does_not_exist  # type: ignore[import-not-found]  # noqa: F401
 
         return 0
 
@@ -101,8 +101,14 @@ def test_a_missing_optional_module_is_named_with_what_installs_it(
     assert err == ("splitdns webhook: the module aiohttp is not installed; it comes with the `webhook` "
                    "extra: pip install 'splitdns[webhook]'\n")
     # Any other missing module is still our bug, said as one.
-    monkeypatch.setattr(webhook, "run", without_aiohttp)
+    monkeypatch.setattr(webhook, "run", a_bug)
     assert cli.main(["webhook", "--tls-cert", "c.pem", "--tls-key", "k.pem", *ZONES]) == cli.EXIT_INTERNAL
+    capsys.readouterr()
+    # The extra is looked for first, before the certificate files (here missing) or the settings.
+    monkeypatch.setitem(sys.modules, "jsonpatch", None)
+    assert cli.main(["webhook", "--tls-cert", "missing.pem", "--tls-key", "missing.pem", *ZONES]) == \
+        cli.EXIT_MISSING
+    assert "the module jsonpatch is not installed" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("command", ["render", "inject", "webhook", "verify"])

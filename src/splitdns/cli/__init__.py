@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import os
 import sys
 import traceback
@@ -90,6 +91,10 @@ def _inject(a: argparse.Namespace) -> int:
 def _webhook(a: argparse.Namespace) -> int:
     from splitdns.commands import render, webhook
     from splitdns.kube.plan import PlanError
+
+    for module in ("aiohttp", "jsonpatch"):  # the extra first: before certificates and settings
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
 
     fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
     fields.pop("namespace", None)
