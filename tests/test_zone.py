@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from splitdns import config, directives
 from splitdns.codec import wire
 from splitdns.codec.reply import Reply
-from splitdns.core import resolve
+from splitdns.core import liveness, resolve
 from splitdns.core.cache import STALE_RECHECK
 from splitdns.core.decisions import Answer, Forward, HandOn, LogLine, QueryError, Settled
 from splitdns.core.exchange import Done, Exchange, Send
@@ -247,7 +247,7 @@ def test_a_loop_probe_that_comes_back_is_a_loop_until_a_probe_is_answered() -> N
     assert key not in t.loop_probes and zone.stats.loops_detected == 1
     looping = t.begin(parse("www.example.org."), 101.0)
     assert isinstance(looping, Answer) and "forwarding loop" in ede_text(looping.reply)
-    assert zone.healthy_now()[0] is False
+    assert liveness.live(zone)[0] is False
     # A later probe an upstream answers, that never came back: no loop any more.
     key = wire.name_to_wire(guard.probe_name("cccc", "dddd"))
     before = guard.probe_sent(key)

@@ -45,6 +45,7 @@ class Request:
     management: str = "127.0.0.1:7505"
     output_dir: str | None = None
     webhook_namespace: str = "splitdns-system"
+    reads_cluster: bool = True  # False for `splitdns webhook`, which has no --cluster-dns-from-cluster
 
 
 def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict[str, str]:
@@ -114,7 +115,8 @@ def build_plan(req: Request) -> Plan:
     form = req.form
     return build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
                  else req.resolver, namespace=req.namespace, cluster_domain=req.cluster_domain,
-                 ndots=req.ndots, management=req.management, cluster_wide=form == "cluster-wide")
+                 ndots=req.ndots, management=req.management, cluster_wide=form == "cluster-wide",
+                 reads_cluster=req.reads_cluster)
 
 
 def run(req: Request, webhook_settings: WebhookSettings | None = None) -> int:

@@ -6,9 +6,9 @@ refusal; `Zone.settle` a `HandOn` (`next`: ask the next forward) or the `Settled
 `Zone.finish` each client's `Answer`. Logging is the shell's: decisions carry `Note`s.
 
 The decisions made per miss are slotted dataclasses, not frozen ones: a frozen dataclass sets
-each field through `object.__setattr__` (0.6-0.7 us to build one against 0.15 us), and a
-miss builds half a dozen. They are still treated as values: nobody changes one once made,
-but a `Flight`'s `asking` (which `settle` moves on at `next`).
+each field through `object.__setattr__`, four times the cost of a slotted one (bench/README.md,
+"Figures behind the code"), and a miss builds half a dozen. They are still treated as values:
+nobody changes one once made, but a `Flight`'s `asking` (which `settle` moves on at `next`).
 """
 
 from __future__ import annotations

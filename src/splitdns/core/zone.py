@@ -5,7 +5,8 @@ orders its plugins): `cache`, then `rewrite`, `template` and `hosts` (local.py),
 `openvpn` (the tunnel's state), `forward`. `loadbalance` wraps every answer, `private_addresses`
 and `minimal` act on the upstream's reply in `settle`, `errors` and `log` are lines the shell
 writes.
-Pure: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s).
+Sans-io: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s); it
+keeps the zone's state (cache, flights, counts, health), which only its methods change.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from splitdns.core.decisions import (
     scrub,
     unrewrite,
 )
-from splitdns.core.exchange import EDE_NO_REACHABLE_AUTHORITY, Done, ForwardState, UpstreamState
+from splitdns.core.exchange import EDE_NO_REACHABLE_AUTHORITY, Done, ForwardState
 from splitdns.core.local import Local, Rewritten, steps_of
 from splitdns.core.loop import LoopGuard, LoopProbes
 from splitdns.core.metrics import ZoneStats
@@ -83,6 +84,9 @@ class Zone:
         self.loop = LoopGuard(self.name, self.stats, self.upstream_list, loop_probes)
         tunnel = any(block.uses(d) for d in directives.steps(directives.TUNNEL_STEP))
         self.tunnel: TunnelState | None = TunnelState() if tunnel else None
+        vpn = block[directives.OPENVPN]
+        self.learns_domains = vpn is not None and vpn.domains  # routes the domains pushed to it
+        self.loops_probed = block.uses(directives.LOOP)
         spec = block[directives.PRIVATE_ADDRESSES]
         self.private = PrivateFilter(spec) if spec is not None else None
         self.local = Local(block) if steps_of(block) else None  # rewrite, template, hosts
@@ -322,26 +326,6 @@ class Zone:
         assert self.turn is not None
         self.turn += 1
         return (self.turn - 1) % count
-
-    def healthy_now(self) -> tuple[bool, str]:
-        """The zone's live state, for /ready?zone=: a loop, or every upstream marked down."""
-        if self.loop.error:
-            return False, self.loop.error
-        if self.tunnel is not None and not self.tunnel.up:
-            return False, self.tunnel.describe()
-        if not self.ready:
-            return False, self.not_ready_reason
-        for fwd in self.forwards:
-            if fwd.upstreams and all(u.down(fwd.spec.max_fails) for u in fwd.upstreams):
-                return False, f"every upstream of forward {fwd.spec.origin} is down"
-        return True, "ok"
-
-    def unheard(self, now: float, max_age: float) -> list[tuple[ForwardState, UpstreamState]]:
-        """Upstreams in service that have not replied for `max_age` seconds: what a live
-        readiness check must probe before it can say the zone is up."""
-        return [(fwd, u) for fwd in self.forwards for u in fwd.upstreams
-                if fwd.spec.max_fails > 0 and not u.down(fwd.spec.max_fails)
-                and now - u.last_reply > max_age]
 
     def forward_for(self, name: bytes) -> ForwardState | None:
         for fwd in self.forwards:

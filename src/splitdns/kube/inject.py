@@ -24,7 +24,7 @@ from functools import cached_property
 from typing import Any
 
 from splitdns import __version__
-from splitdns.kube import corefiles, manifests
+from splitdns.kube import corefiles, manifests, vpn_container
 from splitdns.kube.image import DEFAULT_IMAGE
 from splitdns.kube.plan import Plan
 
@@ -287,6 +287,9 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
             warnings.append("classic sidecar: the pod's init containers run before the resolver and "
                             "cannot resolve names")
     ndots_from_settings = _dns(pod, namespace, settings, warnings)
+    vpn = vpn_container.advice(spec, settings.plan)
+    if vpn:
+        warnings.append(vpn)
     _sysctl(spec)
     if settings.configmap or mounted_before:  # the Corefile volume follows our container (in or out)
         volumes = [v for v in _list(spec.get("volumes"), "spec.volumes")

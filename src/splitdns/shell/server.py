@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import random
 import secrets
 import socket
@@ -17,7 +18,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from splitdns.codec import wire
 from splitdns.config import Block, Config
 from splitdns.core import metrics
 from splitdns.core.cache import Cache
@@ -76,16 +76,9 @@ class Server:
     def tcp_connections(self) -> int:
         return self.connections.held
 
-    async def answer(self, q: wire.Query, listener: Listener) -> tuple[bytes, Zone | None]:
-        """The reply for a query, from cache or upstream (the full path, any transport)."""
-        return await self.resolution.answer(q, listener)
-
     async def ask_upstreams(self, zone: Zone, name: str, qtype: int) -> Done:
         """Ask a name through the zone's upstreams, bypassing the cache (readiness, loops)."""
         return await self.resolution.ask_upstreams(zone, name, qtype)
-
-    def upstream_budget(self) -> float:
-        return upstream_budget(self.config)
 
     def _zone(self, block: Block, cache: Cache | None = None) -> Zone:
         return Zone(block, cache, self.config.limits.cache_memory, self.loop_probes)
@@ -117,8 +110,10 @@ class Server:
                 for new in opened:
                     if new not in keep.values():
                         self._close_listener(new)
-                raise OSError(err.errno, f"cannot listen on {listener.label}: {err.strerror}") \
-                    from None
+                # The system's words for the errno: asyncio's own ("error while attempting to bind
+                # on address ('127.0.0.1', 53): ...") would show a Python tuple to the user.
+                reason = os.strerror(err.errno) if err.errno else err.strerror
+                raise OSError(err.errno, f"cannot listen on {listener.label}: {reason}") from None
             opened.append(listener)
         self.listeners = opened
 
