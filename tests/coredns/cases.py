@@ -12,6 +12,7 @@ field of a Go struct) are CoreDNS's internals, and where we hold one the same it
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from dataclasses import dataclass, field
@@ -179,6 +180,9 @@ def _forward_values(row: dict[str, Any]) -> tuple[tuple[str, object], ...]:
     if test == "TestSetupMaxConnectAttempts":
         attempts = int(_go_number(row["expectedVal"])) if row["expectedSet"] else None
         return (("max_connect_attempts", attempts),)
+    if test == "TestSourceAddress":
+        ip = re.search(r'net\.ParseIP\("([^"]+)"\)', row["expectedSourceAddress"]["go"])
+        return (("source", str(ipaddress.ip_address(ip.group(1))) if ip else None),)
     if test == "TestSetupPolicy":
         return (("policy", row["expectedPolicy"]),)
     if test == "TestSetupHealthCheck":

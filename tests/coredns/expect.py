@@ -69,11 +69,6 @@ EXPECT.update({f"plugin/rewrite/rewrite_test.go:TestRewrite#{n}": _REWRITE_FIELD
 
 # Open differences: each entry goes when its fix lands (the test then says so).
 _GAP_GROUPS: dict[str, tuple[str, ...]] = {
-    "splitdns refuses it (forward: unknown option 'source_address')": (
-        "plugin/forward/setup_test.go:TestSourceAddress#0",
-        "plugin/forward/setup_test.go:TestSourceAddress#2",
-        "plugin/forward/setup_test.go:TestSourceAddress#3",
-    ),
 }
 GAPS = {ident: f"gap: {why}" for why, idents in _GAP_GROUPS.items() for ident in idents}
 EXPECT.update(GAPS)

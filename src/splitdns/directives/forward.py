@@ -18,6 +18,7 @@ Syntax (CoreDNS's, minus DoH, gRPC and hostnames):
         expire DURATION
         max_age DURATION
         max_idle_conns INTEGER
+        source_address IP
         tls_servername NAME
         tls [CERT KEY] [CA]
     }
@@ -30,7 +31,9 @@ CAs or `tls`'s CA file, for `tls_servername` (else the IP address itself), with 
 certificate when `tls` names one; connections are kept for `expire` and reused, and none
 longer than `max_age` (0, the default: no limit). `max_idle_conns` is accepted, as CoreDNS
 users write it, and has no effect: plain DNS opens a fresh socket per attempt and keeps
-nothing idle, and DNS over TLS keeps at most 8 connections per upstream.
+nothing idle, and DNS over TLS keeps at most 8 connections per upstream. `source_address`
+is the local address every query to the upstreams leaves from (the pod's own address rather
+than the tunnel's, say), over UDP, TCP and TLS, health probes included.
 
 Failing fast is the default here, unlike CoreDNS: once every upstream of a forward is marked
 down (more than `max_fails` failures in a row, queries and health probes alike), queries get
@@ -67,7 +70,8 @@ POLICIES = ("random", "round_robin", "sequential")
 OPTIONS = (
     "except", "force_tcp", "prefer_udp", "policy", "max_fails", "health_check",
     "read_timeout", "max_concurrent", "max_connect_attempts", "failover", "next",
-    "failfast_all_unhealthy_upstreams", "expire", "max_age", "max_idle_conns", "tls_servername", "tls",
+    "failfast_all_unhealthy_upstreams", "expire", "max_age", "max_idle_conns", "source_address",
+    "tls_servername", "tls",
 )
 TLS_PORT = 853
 
@@ -90,6 +94,7 @@ class Upstream:
     port: int
     origin: str  # how the user wrote it, or the resolv.conf it came from
     tls: TlsSettings | None = None  # DNS over TLS (tls://)
+    source: str | None = None  # `source_address`: the local address queries leave from
 
     def __str__(self) -> str:
         return host_port(self.host, self.port)
@@ -118,6 +123,7 @@ class ForwardSpec:
     expire: float = 10.0
     max_age: float = 0.0              # DNS over TLS: no connection lives longer; 0: no limit
     max_idle_conns: int = 0           # accepted for CoreDNS's sake; nothing here keeps idle sockets
+    source: str | None = None         # source_address: every upstream query leaves from it
     where: Location | None = field(default=None, compare=False)  # the `forward` line
 
 
@@ -172,6 +178,9 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
             _check_tls(st, settings)
         upstreams = [replace(up, tls=replace(settings, servername=up.tls.servername or settings.servername))
                      if up.tls else up for up in upstreams]
+    source = options.get("source")
+    if isinstance(source, str):
+        upstreams = [replace(up, source=source) for up in upstreams]
     return ForwardSpec(origin=origin, upstreams=tuple(upstreams), **options)  # type: ignore[arg-type]
 
 
@@ -249,6 +258,15 @@ def _option(opt: Statement, out: dict[str, object]) -> None:
     elif name == "max_idle_conns":
         _args.arity(opt, 1, 1, "max_idle_conns INTEGER")
         out["max_idle_conns"] = _args.integer(opt, args[0], "max_idle_conns")
+    elif name == "source_address":
+        _args.arity(opt, 1, 1, "source_address IP")
+        try:
+            ip = ipaddress.ip_address(args[0])
+        except ValueError:
+            raise ConfigError(opt.where, f"source_address: {args[0]!r} is not an IP address") from None
+        # Go's net.ParseIP reads ::ffff:192.0.2.1 as the IPv4 address it maps, and so do we
+        mapped = ip.ipv4_mapped if isinstance(ip, ipaddress.IPv6Address) else None
+        out["source"] = str(mapped or ip)
     elif name == "max_concurrent":
         _args.arity(opt, 1, 1, "max_concurrent INTEGER")
         out["max_concurrent"] = _args.integer(opt, args[0], "max_concurrent")

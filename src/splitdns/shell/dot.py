@@ -99,7 +99,8 @@ async def _connect(up: Upstream) -> _Connection:
     try:
         if context is None:
             context = _CONTEXTS[up.tls] = tls_context(up.tls)
-        reader, writer = await asyncio.open_connection(up.host, up.port, ssl=context,
+        local = None if up.source is None else (up.source, 0)  # forward's source_address
+        reader, writer = await asyncio.open_connection(up.host, up.port, ssl=context, local_addr=local,
                                                        server_hostname=name)
     except ssl.SSLCertVerificationError as err:
         raise UpstreamError(f"TLS: the certificate of {up} is not valid for {name}: "

@@ -228,7 +228,7 @@ class Miss:
                 res.spawn(self._ask_stream(step))
                 return
             self.began = res.clock()
-            error = self._send(step, up.host, up.port) if step.timeout > 0 else \
+            error = self._send(step, up.host, up.port, up.source) if step.timeout > 0 else \
                 "no time left before the deadline"
             if error is None:
                 self.step = step
@@ -236,13 +236,15 @@ class Miss:
             step = self._failed(step, error, False)
         self._settle(step)
 
-    def _send(self, step: Send, host: str, port: int) -> str | None:
+    def _send(self, step: Send, host: str, port: int, source: str | None) -> str | None:
         """Send the attempt over a fresh socket and start waiting; the error if it failed."""
         self.sent = sent = wire.upstream_query(self.flight.forward.asked, self.res.query_ids())
         sock = _socket.socket(_AF_INET6 if ":" in host else _AF_INET, _DGRAM)
         try:
             if not _NONBLOCK:
                 sock.setblocking(False)
+            if source is not None:  # forward's source_address
+                sock.bind((source, 0))
             sock.connect((host, port))
             sock.send(sent)
         except OSError as err:

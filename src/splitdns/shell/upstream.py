@@ -90,6 +90,8 @@ async def _ask_udp(sent: bytes, up: Upstream, timeout: float,
         if not _NONBLOCK:
             sock.setblocking(False)
         try:
+            if up.source is not None:  # forward's source_address
+                sock.bind((up.source, 0))
             sock.connect((up.host, up.port))
             sock.send(sent)
         except OSError as err:
@@ -138,7 +140,8 @@ async def _ask_tcp(sent: bytes, up: Upstream, timeout: float,
     writer = None
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(up.host, up.port)
+            reader, writer = await asyncio.open_connection(
+                up.host, up.port, local_addr=None if up.source is None else (up.source, 0))
             writer.write(struct.pack("!H", len(sent)) + sent)
             await writer.drain()
             length = struct.unpack("!H", await reader.readexactly(2))[0]
