@@ -73,7 +73,7 @@ HEALTH = Once("health", operations.parse_health)
 PROMETHEUS = Once("prometheus", operations.parse_prometheus)
 ERRORS = Once("errors", logging.parse_errors)
 LOG = Once("log", logging.parse_log)
-LOADBALANCE = Once("loadbalance", loadbalance.parse, step=REPLY_STEP, stored=True)  # orders what is stored
+LOADBALANCE = Once("loadbalance", loadbalance.parse, step=REPLY_STEP)
 CACHE = Once("cache", cache.parse, step=CACHE_STEP, stored=True)
 REWRITE = Repeated("rewrite", rewrite.parse, step=LOCAL_STEP, stored=True)
 MINIMAL = Once("minimal", minimal.parse, step=REPLY_STEP, stored=True)
