@@ -1,9 +1,10 @@
-"""The zone's decisions as transcripts: begin, depart, settle, land, finish with a clock the
+"""The zone's decisions as transcripts: begin, depart, the flight, finish with a clock the
 test moves and upstream replies the test writes. No sockets, no sleeps, no event loop.
 
-`Transcript.ask` does what the shell's miss path does (shell/resolution.py), minus the I/O:
-each `Send` goes to `upstream(send, asked)`, a function of the test that returns a reply or
-the text of a failure.
+`Transcript.ask` drives what the shell's miss paths drive (shell/misses.py, resolution.py),
+the zone and its `Flight` (core/flight.py), minus the I/O: each `Send` goes to
+`upstream(send, asked)`, a function of the test that returns a reply or the text of a
+failure, `rtt` seconds after it was sent.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ from splitdns.codec import wire
 from splitdns.codec.reply import Reply
 from splitdns.core import liveness, resolve
 from splitdns.core.cache import STALE_RECHECK
-from splitdns.core.decisions import Answer, Forward, HandOn, LogLine, QueryError, Settled
-from splitdns.core.exchange import Done, Exchange, Send
+from splitdns.core.decisions import Answer, Forward, LogLine, QueryError, Settled
+from splitdns.core.exchange import Done, Send
 from splitdns.core.tunnel import UP, Pushed, TunnelState
 from splitdns.directives.forward import Upstream
 from tests.helpers import indexed, query, reply
@@ -67,6 +68,7 @@ class Transcript:
 
     corefile: str
     pending_limit: int = 1000
+    rtt: float = 0.0  # how long after its attempt each reply (or failure) comes
     notes: list[object] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -88,30 +90,21 @@ class Transcript:
             self.notes.extend(decided.notes)
         return decided
 
-    def exchange(self, zone: resolve.Zone, fwd: resolve.ForwardState, asked: wire.Query,
-                 upstream: Upstreamer, now: float) -> Done:
-        ex = Exchange(fwd, now, self.rng)
-        step = ex.start()
-        while isinstance(step, Send):
-            got = upstream(step, asked)
-            step = ex.failed(step, got, now) if isinstance(got, str) else ex.answered(step, got, now)
-        return step
-
     def fly(self, zone: resolve.Zone, q: wire.Query, forward: Forward, upstream: Upstreamer,
             now: float) -> Settled | Done:
+        """The query's flight, as the shell drives it: depart, start, each attempt's reply or
+        failure (a "timeout ..." failure is a timeout) until it settles."""
         flight = zone.depart(q, forward, self.pending_limit)
         if isinstance(flight, Done):
             return flight
-        try:
-            fwd = flight.asking
-            while True:
-                step = zone.settle(flight, self.exchange(zone, fwd, forward.asked, upstream, now), now,
-                                   self.router.route)
-                if not isinstance(step, HandOn):
-                    break
-                fwd = step.fwd
-        finally:
-            zone.land(flight)
+        step = flight.start(now, self.rng, self.router.route)
+        while isinstance(step, Send):
+            got = upstream(step, forward.asked)
+            now += self.rtt
+            if isinstance(got, str):
+                step = flight.failed(step, got, got.startswith("timeout"), now)
+            else:
+                step = flight.answered(step, got, now)
         self.notes.extend(step.notes)
         return step
 
@@ -295,7 +288,7 @@ def test_identical_queries_share_a_flight_and_the_pending_cap_refuses_beyond_it(
     assert "limits pending" in (refused.error or "")
     assert not isinstance(first, Done) and not isinstance(second, Done)
     assert zone.forwards[0].inflight == 2
-    zone.land(first)
+    first.abandon()
     assert zone.pending == 1 and not isinstance(zone.depart(three, forwards[2], 2), Done)
 
 
