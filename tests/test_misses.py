@@ -23,6 +23,7 @@ import pytest
 
 from splitdns import config
 from splitdns.core import resolve
+from splitdns.core.flight import ABANDONED
 from splitdns.shell import datagrams, misses, server
 from tests.helpers import query
 from tests.support.hostile import ask_tcp, ask_udp, names_seen, rcode_of, rdata
@@ -216,6 +217,29 @@ def test_drain_waits_for_the_misses_in_flight(tmp_path: Path) -> None:
             zone = next(iter(srv.zones.values()))
             assert zone.cache is not None and len(zone.cache) == 1
             await asked  # the listener closed first: no reply, as on the coroutine path
+
+        with_server(corefile(port, up.target), scenario)
+
+
+def test_a_server_stop_answers_nobody_and_lands_the_misses_in_flight(tmp_path: Path) -> None:
+    """As a cancelled task on the coroutine path: no answer, and the flight leaves the zone's
+    table and its counts (core/flight.py: abandoned), so nothing is left pending."""
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            asked = asyncio.create_task(asyncio.to_thread(ask_udp, port, query("www.stopped.test."), 1.0))
+            await asyncio.sleep(0.15)
+            [miss] = in_flight(srv)
+            assert isinstance(miss, misses.Miss)
+            zone = next(iter(srv.zones.values()))
+            assert zone.pending == 1 and zone.forwards[0].inflight == 1
+            srv.close()
+            assert not in_flight(srv) and not srv.udp.misses.waiting
+            assert (zone.pending, zone.forwards[0].inflight, zone.flights) == (0, 0, {})
+            assert miss.flight.state is ABANDONED
+            raw, _ = await asked
+            assert raw is None  # nobody answered
 
         with_server(corefile(port, up.target), scenario)
 
