@@ -155,7 +155,9 @@ class Flight:
         and stored, and the flight lands."""
         zone, forward = self.zone, self.forward
         if self.probe:
-            return self._landed(Settled(done, None, (), upstream, rtt))
+            self.outcome = settled = Settled(done, None, (), upstream, rtt)
+            self._land(SETTLED)
+            return settled
         handed = zone.handed_on(self.asking, forward.asked.name, done)
         while handed is not None:
             if self.asking is not forward.fwd:
@@ -182,10 +184,7 @@ class Flight:
             qtype = dns.rdatatype.to_text(dns.rdatatype.RdataType.make(q.qtype))
             notes = (LogLine("warning", f"plugin/private_addresses: removed {', '.join(removed)} "
                              f"from the reply for {name} {qtype} (possible DNS rebinding)"),)
-        return self._landed(Settled(done, zone.store(self.query, done, now), notes, upstream, rtt))
-
-    def _landed(self, settled: Settled) -> Settled:
-        self.outcome = settled
+        self.outcome = settled = Settled(done, zone.store(self.query, done, now), notes, upstream, rtt)
         self._land(SETTLED)
         return settled
 
