@@ -17,7 +17,7 @@ from splitdns.codec.reply import Reply
 from splitdns.core import resolve
 from splitdns.core.decisions import Forward, Settled
 from splitdns.core.exchange import Done, Send
-from splitdns.core.flight import ABANDONED, ASKING, BOARDING, SETTLED, Flight, FlightError
+from splitdns.core.flight import ABANDONED, ASKING, BOARDING, SETTLED, Flight, FlightError, ProbeFlight
 from tests.support.transcript import Transcript, answering, parse
 
 ONE = ". {\n cache 30\n forward . 192.0.2.1 192.0.2.2 {\n  policy sequential\n }\n}\n"
@@ -230,7 +230,7 @@ def test_a_probe_flight_is_in_no_table_and_its_outcome_is_the_exchanges_own() ->
     q = parse("www.example.org.")
     forward = zone.probe_forward(q)
     assert isinstance(forward, Forward)
-    flight = Flight(zone, q, forward, probe=True)
+    flight = ProbeFlight(zone, q, forward)
     send = flight.start(100.0, t.rng)
     assert isinstance(send, Send) and counts(zone) == (0, [0, 0], 0)
     settled = flight.answered(send, reply_to(flight, send, dns.rcode.NXDOMAIN), 100.0)

@@ -71,15 +71,14 @@ class Flight:
     `query` is the first client's; `asking` the forward whose upstreams are asked now (after
     `next`, a later one than `forward.fwd`); `step` the attempt out while ASKING."""
 
-    __slots__ = ("asking", "exchange", "forward", "outcome", "owner_of", "probe", "query", "rng",
-                 "sent_at", "state", "step", "unwell", "zone")
+    __slots__ = ("asking", "exchange", "forward", "outcome", "owner_of", "query", "rng", "sent_at",
+                 "state", "step", "unwell", "zone")
 
-    def __init__(self, zone: FlightZone, query: wire.Query, forward: Forward, probe: bool = False) -> None:
+    def __init__(self, zone: FlightZone, query: wire.Query, forward: Forward) -> None:
         self.zone = zone
         self.query = query
         self.forward = forward
         self.asking = forward.fwd
-        self.probe = probe  # a probe of the upstreams: in no table, its outcome the exchange's own
         self.state = BOARDING
         self.outcome: Settled | None = None
         # Set by `start`, read only once ASKING (a slot left unset costs nothing per miss):
@@ -154,10 +153,6 @@ class Flight:
         """The exchange ended: on to the next forward (`next RCODE`), or the outcome, cleaned
         and stored, and the flight lands."""
         zone, forward = self.zone, self.forward
-        if self.probe:
-            self.outcome = settled = Settled(done, None, (), upstream, rtt)
-            self._land(SETTLED)
-            return settled
         handed = zone.handed_on(self.asking, forward.asked.name, done)
         while handed is not None:
             if self.asking is not forward.fwd:
@@ -190,13 +185,28 @@ class Flight:
 
     def _land(self, state: FlightState) -> None:
         """The flight is over: it leaves the zone's table, and its counts go (once)."""
-        if not self.probe:
-            zone, fwd = self.zone, self.forward.fwd
-            if self.asking is not fwd:
-                self.asking.inflight -= 1
-            fwd.inflight -= 1
-            zone.pending -= 1
-            del zone.flights[self.query.key]
+        zone, fwd = self.zone, self.forward.fwd
+        if self.asking is not fwd:
+            self.asking.inflight -= 1
+        fwd.inflight -= 1
+        zone.pending -= 1
+        del zone.flights[self.query.key]
+        self.state = state
+
+
+class ProbeFlight(Flight):
+    """A flight that asks the upstreams past the cache (readiness, loops: the shell's
+    `ask_upstreams`): in no table, so nobody joins it and nothing is counted pending, and its
+    outcome is the exchange's own: no `next`, not cleaned, not stored."""
+
+    __slots__ = ()
+
+    def _settle(self, done: Done, now: float, upstream: str | None, rtt: float) -> Send | Settled:
+        self.outcome = settled = Settled(done, None, (), upstream, rtt)
+        self.state = SETTLED
+        return settled
+
+    def _land(self, state: FlightState) -> None:
         self.state = state
 
 

@@ -22,7 +22,7 @@ from splitdns.codec.entries import Entry
 from splitdns.config import Block, Config
 from splitdns.core.decisions import Answer, Forward, LogLine, Note, QueryError, Settled
 from splitdns.core.exchange import Done, Send
-from splitdns.core.flight import Flight
+from splitdns.core.flight import Flight, ProbeFlight
 from splitdns.core.loop import LoopProbes
 from splitdns.core.routing import Router, unrouted
 from splitdns.core.zone import Zone
@@ -92,7 +92,7 @@ class Resolution:
         forward = zone.probe_forward(q)
         if isinstance(forward, Done):
             return forward
-        flight = Flight(zone, q, forward, probe=True)
+        flight = ProbeFlight(zone, q, forward)
         try:
             return (await self._fly(flight, None)).done
         finally:
