@@ -2,7 +2,7 @@
 
 The attempts sent in the same millisecond with the same timeout share one `Deadline`: a
 `call_at` and its `cancel` per attempt cost more than the epoll registration of its socket
-(bench/README.md, "Less Python per miss"). An attempt that ends leaves its slot empty, so an
+(bench/README.md, "Figures behind the code"). An attempt that ends leaves its slot empty, so an
 answered miss is not kept alive by a straggler of its turn; the timer goes when the last
 one ends.
 """

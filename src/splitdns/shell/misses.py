@@ -64,7 +64,8 @@ class Misses:
         self.waiting: dict[int, Miss] = {}  # by socket descriptor
         self.deadlines = Deadlines()  # by when, while some attempt waits for it
         # Every upstream datagram is read into this one buffer and copied out at its size:
-        # recv(65535) costs a 64 KiB allocation per reply, about 1 us more than this.
+        # recv(65535) costs a 64 KiB allocation per reply (bench/README.md, "Figures behind
+        # the code").
         self.buffer = memoryview(bytearray(UDP_LARGEST))
 
     def take(self, q: wire.Query, listener: Listener, peer: datagrams.Peer, size: int,
