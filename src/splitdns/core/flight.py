@@ -71,8 +71,8 @@ class Flight:
     `query` is the first client's; `asking` the forward whose upstreams are asked now (after
     `next`, a later one than `forward.fwd`); `step` the attempt out while ASKING."""
 
-    __slots__ = ("asking", "exchange", "forward", "outcome", "owner_of", "query", "rng", "sent_at",
-                 "state", "step", "unwell", "zone")
+    __slots__ = ("asking", "exchange", "forward", "outcome", "owner_of", "query", "sent_at", "state",
+                 "step", "unwell", "zone")
 
     def __init__(self, zone: FlightZone, query: wire.Query, forward: Forward) -> None:
         self.zone = zone
@@ -85,7 +85,6 @@ class Flight:
         self.exchange: Exchange
         self.step: Send
         self.sent_at: float  # when `step` was handed out: its round trip is counted from there
-        self.rng: random.Random
         self.owner_of: Callable[[bytes], object] | None
         self.unwell: tuple[ForwardState, UpstreamState] | None  # after `failed`: probe it
 
@@ -100,7 +99,7 @@ class Flight:
         if self.state is not BOARDING:
             raise FlightError(f"cannot start a flight that is {self.state.name.lower()}")
         self.state = ASKING
-        self.rng, self.owner_of = rng, owner_of
+        self.owner_of = owner_of
         self.exchange = exchange = Exchange(self.asking, now, rng)
         step = exchange.start()
         if isinstance(step, Send):
@@ -159,7 +158,7 @@ class Flight:
                 self.asking.inflight -= 1
             handed.inflight += 1
             self.asking = handed
-            self.exchange = exchange = Exchange(handed, now, self.rng)
+            self.exchange = exchange = Exchange(handed, now, self.exchange.rng)
             step = exchange.start()
             if isinstance(step, Send):
                 self.step, self.sent_at = step, now
