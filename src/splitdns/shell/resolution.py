@@ -3,8 +3,9 @@
 `Zone.begin` says answer or forward; identical queries wait on one flight (`Zone.depart`
 says which), the `Flight` (core/flight.py) decides each upstream attempt, counts it and
 settles, and `Zone.finish` says what each client gets. Here the attempts are made with
-`upstream.ask` in a task: TCP clients, refreshes, probes. UDP misses are carried on loop callbacks
-instead (misses.py); both share `flights`, so identical queries of either path merge.
+`upstream.ask` in a task: TCP clients, refreshes, probes. UDP misses are carried on loop
+callbacks instead (misses.py); both share `flights`, so identical queries of either path
+merge.
 """
 
 from __future__ import annotations
