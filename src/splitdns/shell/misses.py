@@ -46,9 +46,21 @@ _EPOLLIN = getattr(select, "EPOLLIN", 1)
 _NONBLOCK = getattr(socket, "SOCK_NONBLOCK", 0)
 _AF_INET, _AF_INET6, _DGRAM = socket.AF_INET, socket.AF_INET6, socket.SOCK_DGRAM | _NONBLOCK
 Outcome = tuple[Done, Entry | None]
-# A client waiting for an outcome: its query, what `begin` decided for it, where it came
-# from and when.
-Waiter = tuple[wire.Query, Forward, "Listener", datagrams.Peer, int, float]
+
+
+class Waiter:
+    """A UDP client waiting for an outcome: its query, what `begin` decided for it, where its
+    answer goes (listener and peer), the size it asked with and when it came (for the log)."""
+
+    __slots__ = ("forward", "listener", "peer", "query", "size", "start")
+
+    def __init__(self, query: wire.Query, forward: Forward, listener: Listener, peer: datagrams.Peer,
+                 size: int, start: float) -> None:
+        self.query, self.forward, self.listener, self.peer = query, forward, listener, peer
+        self.size, self.start = size, start
+
+    def answer(self, zone: Zone, out: bytes, res: Resolution) -> None:
+        reply(zone, self.query, self.listener, self.peer, self.size, self.start, out, res)
 
 
 class Misses:
@@ -83,7 +95,7 @@ class Misses:
                 res.carry_out(zone, q, decided, listener.router)
                 reply(zone, q, listener, peer, size, now, decided.reply, res)
                 return True
-            waiter = (q, decided, listener, peer, size, now)
+            waiter = Waiter(q, decided, listener, peer, size, now)
             flight = zone.depart(q, decided, res.config().limits.pending)
         except Exception as err:  # our own bug: the client still gets an answer, we a log line
             res.internal_error(err)
@@ -108,11 +120,10 @@ class Misses:
             self.loop = asyncio.get_running_loop()
             self.poll = select.epoll()
             self.loop.add_reader(self.poll.fileno(), self._ready)
-        listener = waiter[2]
-        miss = Miss(self, zone, flight, [waiter], listener)
+        miss = Miss(self, zone, flight, [waiter], waiter.listener)
         res.flights[flight] = miss
         try:
-            miss.advance(flight.start(res.clock(), res.rng, listener.router.route))
+            miss.advance(flight.start(res.clock(), res.rng, waiter.listener.router.route))
         except Exception as err:  # our own bug: the clients still get an answer
             miss.crashed(err)
 
@@ -312,9 +323,8 @@ class Miss:
         self._abandon()
         self.outcome = self.outcome or (Done(error="internal error"), None)  # for a late await
         waiters, self.waiters = self.waiters, []
-        for q, _, listener, peer, size, start in waiters:
-            reply(self.zone, q, listener, peer, size, start, wire.error_reply(q, dns.rcode.SERVFAIL),
-                  self.res)
+        for waiter in waiters:
+            waiter.answer(self.zone, wire.error_reply(waiter.query, dns.rcode.SERVFAIL), self.res)
         if self.future is not None and not self.future.done():
             self.future.set_exception(err)
             self.future.exception()  # retrieved: the waiting coroutine may be gone
@@ -324,11 +334,11 @@ def answer_each(zone: Zone, waiters: tuple[Waiter, ...] | list[Waiter], done: Do
                 entry: Entry | None, res: Resolution) -> None:
     """Each waiting client's answer to an outcome, as the zone finishes it."""
     now = res.clock()
-    for q, forward, listener, peer, size, start in waiters:
-        answer = zone.finish(q, forward, done, entry, now)
+    for waiter in waiters:
+        answer = zone.finish(waiter.query, waiter.forward, done, entry, now)
         if answer.notes:
-            res.emit(zone.block, q, answer.notes)
-        reply(zone, q, listener, peer, size, start, answer.reply, res)
+            res.emit(zone.block, waiter.query, answer.notes)
+        waiter.answer(zone, answer.reply, res)
 
 
 def _joined(zone: Zone, waiter: Waiter, future: asyncio.Future[Outcome], res: Resolution) -> None:
@@ -337,8 +347,7 @@ def _joined(zone: Zone, waiter: Waiter, future: asyncio.Future[Outcome], res: Re
         return  # the server stops: as for the coroutine's own client, no answer
     try:
         if future.exception() is not None:  # our own bug there, counted there
-            q, _, listener, peer, size, start = waiter
-            reply(zone, q, listener, peer, size, start, wire.error_reply(q, dns.rcode.SERVFAIL), res)
+            waiter.answer(zone, wire.error_reply(waiter.query, dns.rcode.SERVFAIL), res)
             return
         done, entry = future.result()
         answer_each(zone, (waiter,), done, entry, res)
