@@ -137,8 +137,20 @@ def _compact(idents: list[str]) -> str:
     return "; ".join(parts)
 
 
+def not_ported() -> str:
+    """The tables and rows of the ported files left out, each with its reason."""
+    from tests.coredns import behaviour
+    listed = {**cases.NOT_PORTED, **behaviour.NOT_PORTED}
+    lines = [f"- `{path}` {test}: {why}." for (path, test), why in sorted(listed.items())]
+    lines += [f"- `{ident.split(':')[0]}` {ident.split(':')[1]}: {why}."
+              for ident, why in sorted(cases.NOT_PORTED_ROWS.items())]
+    lines.append(f"- `plugin/rewrite/reverter_test.go` the rows of `tests` and `valueTests` with noRevert: "
+                 f"{behaviour.NOT_PORTED_ROWS_NOTE}.")
+    return "Not ported, and why:\n\n" + "\n".join(lines)
+
+
 def generated() -> str:
-    return f"{BEGIN}\n\n{table()}\n\n{reasons()}\n\n{END}"
+    return f"{BEGIN}\n\n{table()}\n\n{reasons()}\n\n{not_ported()}\n\n{END}"
 
 
 def write() -> None:
