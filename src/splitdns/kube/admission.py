@@ -47,7 +47,8 @@ def parse(body: bytes) -> dict[str, Any]:
         raise BadRequest(f"the body is not JSON: {err}") from None
     except RecursionError:  # json's decoder recurses once per level
         raise BadRequest(f"the body nests arrays and objects deeper than {MAX_DEPTH} levels") from None
-    if _deeper_than(review, MAX_DEPTH):
+    # Fewer openers than the limit cannot nest past it: most reviews skip the walk (C-speed count).
+    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and _deeper_than(review, MAX_DEPTH):
         raise BadRequest(f"the body nests arrays and objects deeper than {MAX_DEPTH} levels") from None
     if not isinstance(review, dict):
         raise BadRequest("the body is not a JSON object")
