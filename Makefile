@@ -35,9 +35,9 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy, import-linter, the webhook's aiohttp and jsonpatch) into $(VENV)"
-	$(BIN)/pip install --progress-bar on -e '.[test,webhook]'
-	touch $@ $(VENV)/.run-installed
+	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy, import-linter, kubectl, the webhook's aiohttp and jsonpatch, the benchmark's matplotlib) into $(VENV)"
+	$(BIN)/pip install --progress-bar on -e '.[test,webhook,bench]'
+	touch $@ $(VENV)/.run-installed $(VENV)/.bench-installed
 
 # Installs only what is missing, so a machine that has everything makes no network call.
 deps-debian:
@@ -48,8 +48,8 @@ deps-debian:
 		echo "installing Debian packages:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	fi
-	@# A kubectl for the kubectl-plugin test: Debian's kubernetes-client (1.20), unless one is there.
-	@# (Building the rendered kustomize Component needs kubectl >= 1.21, which Debian does not have.)
+	@# A kubectl on PATH for the kubectl-plugin test: Debian's kubernetes-client (1.20), unless one is
+	@# there. (The kustomize Component test needs kubectl >= 1.21: the venv's, from the test extra.)
 	@command -v kubectl >/dev/null 2>&1 || { echo "installing Debian packages: kubernetes-client"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null; }
 	@# Debian starts the servers it installs; the tests run their own copies on loopback.
@@ -76,7 +76,9 @@ typecheck: venv
 # parsers, kube and the CLI (under 90 s on 2 cores); then the end-to-end one: real processes
 # and servers, the namespace labs, the image, the differential run, the quick hostile catalogue
 # (tests/conftest.py lists its modules). Plain `pytest` runs both.
-FAST = -m "not e2e and not hostile"
+# The fast tier runs on every core (pytest-xdist): it is about 100 CPU-seconds, nearly all of
+# it Python (the property tests), which one process spent on one of the two cores.
+FAST = -m "not e2e and not hostile" -n auto
 E2E = -m "e2e and not hostile"
 
 # The end-to-end tier names each module as it starts (a module can take a minute), not only dots.

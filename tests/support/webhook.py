@@ -9,6 +9,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,12 +27,17 @@ SETTINGS = ["--zone", "svc.acme.internal=openvpn", "--cluster-dns", "10.96.0.10"
 READY_TIMEOUT = 20.0
 
 
-def write_pair(ca: trustme.CA, cert_path: Path, key_path: Path) -> trustme.LeafCert:
-    """A new leaf from `ca`, written the way the kubelet updates a Secret volume: each file replaced
-    whole (never seen half-written), one after the other."""
+def write_pair(ca: trustme.CA, cert_path: Path, key_path: Path, first: str = "cert",
+               gap: float = 0.0) -> trustme.LeafCert:
+    """A new leaf from `ca`, each file replaced whole (never seen half-written), one after the
+    other: `first` ("cert" or "key") first, the other `gap` seconds later (a careless rotation by
+    hand; the kubelet swaps a Secret volume's files at once)."""
     leaf = ca.issue_cert(HOST, SERVICE_NAME)
-    for path, blob in ((cert_path, b"".join(b.bytes() for b in leaf.cert_chain_pems)),
-                       (key_path, leaf.private_key_pem.bytes())):
+    writes = [(cert_path, b"".join(b.bytes() for b in leaf.cert_chain_pems)),
+              (key_path, leaf.private_key_pem.bytes())]
+    for n, (path, blob) in enumerate(writes if first == "cert" else writes[::-1]):
+        if n:
+            time.sleep(gap)
         tmp = path.with_name(f".{path.name}.tmp")
         tmp.write_bytes(blob)
         tmp.replace(path)

@@ -7,6 +7,7 @@ import argparse
 
 from splitdns import __version__
 from splitdns.cli.help import Parser
+from splitdns.kube import sizing
 from splitdns.kube.image import COREFILE, DEFAULT_IMAGE
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): not 1 or 2, which commands use for findings and bad input
@@ -23,6 +24,25 @@ def _port(text: str) -> int:
     if not 1 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"{port} is not a port (1 to 65535)")
     return port
+
+
+def _rate(text: str) -> int:
+    """A rate a second, 1 or more (the upper bound is the sizing's own, with its reason)."""
+    try:
+        rate = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is not a whole number a second") from None
+    if rate < 1:
+        raise argparse.ArgumentTypeError(f"{rate}: give 1 or more a second")
+    return rate
+
+
+def _add_expected_qps(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--expected-qps", type=_rate, default=sizing.TYPICAL_QPS, metavar="N",
+                   help=f"The DNS queries a second one pod asks, which the DNS container's CPU request is "
+                        f"sized for: {sizing.DNS_MILLICORES_PER_1000_QPS}m per 1,000 q/s as `make bench` "
+                        f"measured a pod's mix, a quarter more, at least {sizing.MIN_MILLICORES}m "
+                        f"(default {sizing.TYPICAL_QPS}: a busy app pod; most ask fewer).")
 
 
 def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
@@ -164,6 +184,12 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--output-dir", metavar="DIR", help="Write the files into DIR instead of stdout.")
     p.add_argument("--webhook-namespace", default="splitdns-system",
                    help="--form webhook: the webhook's own namespace (default splitdns-system).")
+    _add_expected_qps(p)
+    p.add_argument("--webhook-review-rate", type=_rate, default=sizing.TYPICAL_REVIEW_RATE, metavar="N",
+                   help=f"--form webhook: the pod creations a second each webhook replica's CPU request "
+                        f"is sized for ({sizing.WEBHOOK_CPU_MS_PER_REVIEW:g} ms of CPU per review, a "
+                        f"quarter more; default {sizing.TYPICAL_REVIEW_RATE}, the controller manager's "
+                        "default API rate).")
 
 
 def _add_explain(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -272,6 +298,7 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
     p.add_argument("--image", default=DEFAULT_IMAGE, help="The splitdns image.")
     p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
+    _add_expected_qps(p)
 
 
 def _add_inject(commands: argparse._SubParsersAction[Parser]) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from splitdns.kube import manifests
+from splitdns.kube import manifests, sizing, webhook_manifests
 from splitdns.kube.image import DEFAULT_IMAGE
 
 if TYPE_CHECKING:
@@ -46,6 +46,8 @@ class Request:
     output_dir: str | None = None
     webhook_namespace: str = "splitdns-system"
     reads_cluster: bool = True  # False for `splitdns webhook`, which has no --cluster-dns-from-cluster
+    expected_qps: int = sizing.TYPICAL_QPS
+    webhook_review_rate: int = sizing.TYPICAL_REVIEW_RATE
 
 
 def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict[str, str]:
@@ -56,15 +58,15 @@ def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict
     from splitdns.kube.manifests import Options
 
     if req.form == "webhook":
-        from splitdns.kube import webhook_manifests
-
         given = injection_settings(req, excluded=(req.webhook_namespace,))
         if webhook_settings is not None:
             given = webhook_settings(webhook_manifests.settings_args(given), req.webhook_namespace)
-        return webhook_manifests.render(given, req.webhook_namespace)
+        webhook_manifests.cpu_request(req.webhook_review_rate)  # a PlanError before anything is built
+        return webhook_manifests.render(given, req.webhook_namespace, req.webhook_review_rate)
+    manifests.cpu_request(req.expected_qps)
     plan = build_plan(req)
     opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, app_image=req.app_image,
-                   vpn_image=req.vpn_image, sidecar=req.sidecar)
+                   vpn_image=req.vpn_image, sidecar=req.sidecar, expected_qps=req.expected_qps)
     return render.render(plan, opts, req.form)
 
 
@@ -77,8 +79,10 @@ def injection_settings(req: Request, excluded: tuple[str, ...] = ()) -> Settings
     if req.resolver != "splitdns":
         raise PlanError("injection runs our image only (--resolver splitdns): the Corefile travels in an "
                         "environment variable, which CoreDNS cannot read as its config")
+    manifests.cpu_request(req.expected_qps)  # a PlanError here, not in every injection
     return Settings(build_plan(req), image=req.image, sidecar=req.sidecar,
-                    excluded_namespaces=tuple(dict.fromkeys((*ALWAYS_EXCLUDED, *excluded))))
+                    excluded_namespaces=tuple(dict.fromkeys((*ALWAYS_EXCLUDED, *excluded))),
+                    expected_qps=req.expected_qps)
 
 
 def build_plan(req: Request) -> Plan:

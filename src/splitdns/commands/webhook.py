@@ -6,9 +6,15 @@ listeners: HTTPS (the API server's reviews, POST /mutate) and plain HTTP for the
 Prometheus (/healthz, /readyz, /metrics).
 
 The TLS certificate and key are re-read when their content changes (cert-manager rewrites the Secret
-volume): the new pair is loaded into the same SSL context, so new handshakes present it while open
+volume): the new pair is loaded into a new SSL context, and only a pair that loads replaces the one
+new handshakes get (the listening context's SNI callback hands each handshake the current one); open
 connections finish on the old one. No restart, no dropped request. A half-written pair (the key of one
-certificate, the chain of another) fails to load and the previous one stays until the next look.
+certificate, the chain of another, as between a careless rotation's two writes) fails to load and the
+previous one stays, whole, until the next look. Loading into the live context instead would leave it
+holding the new certificate with the old key, and every handshake would fail until the key arrived.
+
+A connection that never finishes its TLS handshake is dropped after the read timeout, not asyncio's
+60 s default: a port scanner or a stuck client holds nothing for long.
 """
 
 from __future__ import annotations
@@ -64,18 +70,29 @@ def log(level: str, msg: str, **fields: Any) -> None:
 
 
 class Certificate:
-    """The server's SSL context and the files it came from, re-read when they change."""
+    """The server's SSL context and the files it came from, re-read when they change.
+
+    `context` is what the listener holds for its lifetime; each handshake is handed `current`, the
+    context of the last pair that loaded whole (`_handshake`)."""
 
     def __init__(self, cert: str, key: str) -> None:
         self.cert, self.key = cert, key
-        self.context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
         self.fingerprint = ""
+        self.refused = ""  # the fingerprint of a pair that did not load: counted and logged once
         self.error = ""
         self.reloads = 0
         self.failures = 0
-        if not self.check():
+        context, self.fingerprint = self._load()
+        if context is None:
             raise OSError(f"cannot load the TLS certificate {cert} with key {key}: {self.error}")
+        self.current = self.context = context
+        self.context.sni_callback = self._handshake
+
+    @staticmethod
+    def _context() -> ssl.SSLContext:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.minimum_version = ssl.TLSVersion.TLSv1_2
+        return context
 
     def _read(self) -> str:
         digest = hashlib.sha256()
@@ -83,22 +100,45 @@ class Certificate:
             digest.update(Path(path).read_bytes())
         return digest.hexdigest()
 
-    def check(self) -> bool:
-        """Load the pair if it changed; False when it changed and does not load (the old one stays)."""
+    def _load(self) -> tuple[ssl.SSLContext | None, str]:
+        """A new context holding the pair as the files are now (None when it does not load), and
+        the files' fingerprint. Read before and after the load: a file replaced while it was being
+        loaded does not count as loaded, and is tried again at the next look."""
+        fingerprint = ""
         try:
             fingerprint = self._read()
-            if fingerprint == self.fingerprint:
-                return True
-            self.context.load_cert_chain(self.cert, self.key)
+            context = self._context()
+            context.load_cert_chain(self.cert, self.key)
+            if self._read() != fingerprint:
+                raise OSError("the files changed while they were being read")
         except (OSError, ssl.SSLError) as err:
             self.error = getattr(err, "strerror", None) or str(err)
-            self.failures += 1
+            return None, fingerprint
+        return context, fingerprint
+
+    def _handshake(self, sock: ssl.SSLObject | ssl.SSLSocket, _name: str | None,
+                   _context: ssl.SSLContext) -> None:
+        # Called by OpenSSL for every ClientHello, with or without a server name.
+        if sock.context is not self.current:
+            sock.context = self.current
+
+    def check(self) -> bool:
+        """Load the pair if it changed; False when it changed and does not load (the old one stays).
+        A pair that keeps failing is tried at every look but counted once."""
+        try:
+            if self._read() == self.fingerprint:
+                return True
+        except OSError:
+            pass  # a file missing for a moment: _load says so
+        context, fingerprint = self._load()
+        if context is None:
+            if not fingerprint or fingerprint != self.refused:
+                self.failures += 1
+            self.refused = fingerprint
             return False
-        first = not self.fingerprint
-        self.fingerprint = fingerprint
-        if not first:
-            self.reloads += 1
-            log("info", "certificate reloaded", cert=self.cert, sha256=fingerprint[:16])
+        self.current, self.fingerprint, self.refused = context, fingerprint, ""
+        self.reloads += 1
+        log("info", "certificate reloaded", cert=self.cert, sha256=fingerprint[:16])
         return True
 
 
@@ -202,8 +242,8 @@ class Webhook:
         for runner in runners:
             await runner.setup()
         try:
-            await web.TCPSite(runners[0], self.options.host, self.options.port,
-                              ssl_context=self.certificate.context).start()
+            await _tls_site(runners[0], self.options.host, self.options.port, self.certificate.context,
+                            handshake_timeout=self.options.read_timeout).start()
             await web.TCPSite(runners[1], self.options.host, self.options.probe_port).start()
         except OSError:
             for runner in runners:
@@ -219,7 +259,7 @@ class Webhook:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.stop.wait(), self.options.cert_poll)
             before = (self.certificate.reloads, self.certificate.failures)
-            if not self.certificate.check():
+            if not self.certificate.check() and self.certificate.failures > before[1]:
                 log("warning", "certificate changed but does not load; keeping the previous one",
                     error=self.certificate.error)
             self.cert_reloads.inc(self.certificate.reloads - before[0])
@@ -244,6 +284,27 @@ class Webhook:
             await runner.cleanup()
         log("info", "stopped")
         return EXIT_OK
+
+
+def _tls_site(runner: web.AppRunner, host: str, port: int, context: ssl.SSLContext,
+              handshake_timeout: float) -> web.BaseSite:
+    """aiohttp's TCPSite, with a bound on the TLS handshake (TCPSite leaves asyncio's 60 s):
+    the connection is not aiohttp's until the handshake ends, so its own timeouts do not apply."""
+    from aiohttp import web
+
+    class TLSSite(web.BaseSite):
+        @property
+        def name(self) -> str:
+            return f"https://{host}:{port}"
+
+        async def start(self) -> None:
+            await super().start()
+            assert runner.server is not None
+            self._server = await asyncio.get_running_loop().create_server(
+                runner.server, host, port, ssl=context, ssl_handshake_timeout=handshake_timeout,
+                backlog=self._backlog)
+
+    return TLSSite(runner, ssl_context=context)
 
 
 def run(settings: Settings, options: Options) -> int:

@@ -20,6 +20,10 @@ API_VERSION = "admission.k8s.io/v1"
 INJECTED, UNCHANGED, SKIPPED, REFUSED = "injected", "unchanged", "skipped", "refused"
 BAD_REQUEST = "bad_request"
 WARNING_LIMIT = 200  # characters: the API server passes warnings on to kubectl, keep them one line
+# Arrays and objects inside one another: a pod is about 15 deep, the API server's own decoder stops
+# at 10,000. Far above any pod, and far below what the recursive walks after parsing (the injection's
+# copy, jsonpatch's diff, json.dumps) survive within Python's recursion limit.
+MAX_DEPTH = 100
 
 
 @dataclass(frozen=True)
@@ -41,6 +45,11 @@ def parse(body: bytes) -> dict[str, Any]:
         review = json.loads(body)
     except (ValueError, UnicodeDecodeError) as err:
         raise BadRequest(f"the body is not JSON: {err}") from None
+    except RecursionError:  # json's decoder recurses once per level
+        raise BadRequest(f"the body nests arrays and objects deeper than {MAX_DEPTH} levels") from None
+    # Fewer openers than the limit cannot nest past it: most reviews skip the walk (C-speed count).
+    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and _deeper_than(review, MAX_DEPTH):
+        raise BadRequest(f"the body nests arrays and objects deeper than {MAX_DEPTH} levels") from None
     if not isinstance(review, dict):
         raise BadRequest("the body is not a JSON object")
     if review.get("kind") != "AdmissionReview" or review.get("apiVersion") != API_VERSION:
@@ -53,6 +62,20 @@ def parse(body: bytes) -> dict[str, Any]:
     if not isinstance(uid, str) or not uid:
         raise BadRequest("the AdmissionReview's request has no uid")
     return request
+
+
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Without recursion, so that the check itself cannot run out of stack."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        children = node.values() if isinstance(node, dict) else node if isinstance(node, list) else ()
+        for child in children:
+            if isinstance(child, (dict, list)):
+                if depth + 1 > limit:
+                    return True
+                stack.append((child, depth + 1))
+    return False
 
 
 def _mapping(value: Any, key: str) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from functools import cached_property
 from typing import Any
 
 from splitdns import __version__
-from splitdns.kube import corefiles, manifests, vpn_container
+from splitdns.kube import corefiles, manifests, sizing, vpn_container
 from splitdns.kube.image import DEFAULT_IMAGE
 from splitdns.kube.plan import Plan
 
@@ -57,6 +57,7 @@ class Settings:
     # Empty: the Corefile is an env var of the container. A name: it is that ConfigMap's `Corefile`
     # key, mounted (a changed ConfigMap then reaches running pods, through the resolver's `reload`).
     configmap: str = ""
+    expected_qps: int = sizing.TYPICAL_QPS  # queries a second per pod: the CPU request
 
     @property
     def container(self) -> str:
@@ -82,6 +83,7 @@ class Settings:
     def digest(self) -> str:
         """The settings' fingerprint in the status annotation: what changes the injected pod."""
         data = {"corefile": self.corefile, "image": self.image, "sidecar": self.sidecar,
+                "expected_qps": self.expected_qps,
                 **({"configmap": self.configmap} if self.configmap else {}),
                 "ndots": self.plan.ndots, "cluster_domain": self.plan.cluster_domain}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
@@ -314,7 +316,8 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
 def _container(settings: Settings) -> Doc:
     plan = settings.plan
     base = manifests.dns_container(plan, manifests.Options(image=settings.image, coredns_image=settings.image,
-                                                           sidecar=settings.sidecar))
+                                                           sidecar=settings.sidecar,
+                                                           expected_qps=settings.expected_qps))
     if settings.configmap:  # as it is: the Corefile mounted at CoreDNS's path, the default ports
         return base
     ports = {"health": f"{CONTAINER}-health", "ready": f"{CONTAINER}-ready"}

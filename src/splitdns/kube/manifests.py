@@ -11,8 +11,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from splitdns.directives.operations import HealthSpec, ReadySpec
+from splitdns.kube import sizing
 from splitdns.kube.image import COREFILE, COREFILE_DIR, DEFAULT_IMAGE, USER_ID
-from splitdns.kube.plan import Plan
+from splitdns.kube.plan import Plan, PlanError
 
 Doc = dict[str, Any]
 
@@ -25,6 +26,17 @@ DEFAULT_COREDNS_IMAGE = "coredns/coredns:1.12.1"
 DEFAULT_APP_IMAGE = "your-app-image"
 DEFAULT_VPN_IMAGE = "your-openvpn-client-image"
 
+def cpu_request(qps: int) -> str:
+    """The DNS container's CPU request for `qps` queries a second of a pod's mix (kube.sizing)."""
+    if qps < 1:
+        raise PlanError(f"--expected-qps {qps}: give the queries a second one pod asks, 1 or more")
+    millicores = sizing.dns_millicores(qps)
+    if millicores > sizing.MAX_MILLICORES:
+        raise PlanError(f"--expected-qps {qps}: more than one core ({millicores}m) at the measured "
+                        f"{sizing.DNS_MILLICORES_PER_1000_QPS}m per 1,000 q/s, and the resolver answers "
+                        f"on one; {sizing.most_qps()} q/s is the most one DNS container is sized for")
+    return f"{millicores}m"
+
 
 @dataclass(frozen=True)
 class Options:
@@ -35,6 +47,7 @@ class Options:
     vpn_image: str = DEFAULT_VPN_IMAGE
     sidecar: str = "native"
     configmap: str = "splitdns-corefile"
+    expected_qps: int = sizing.TYPICAL_QPS  # what one pod asks: the DNS container's CPU request
 
 
 def owners(plan: Plan) -> str:
@@ -76,15 +89,13 @@ def dns_container(plan: Plan, opts: Options) -> Doc:
         container["startupProbe"] = _probe(startup_path(plan), "ready", 1, 120)
     container["readinessProbe"] = _probe("/ready", "ready", 5, 2)
     container["livenessProbe"] = _probe("/health", "health", 10, 3)
-    # CPU: sized by the "A realistic sidecar load" line of bench/results.md (bench/mix.py): a pod's
-    # mix at 1,000 q/s (90 % hits, 10 % misses, 4 % NXDOMAIN through the search list) took splitdns
-    # 12.0 % of one core at the median of 3 rounds (11.8-19.6; 1 Dec, make bench at 3e9229b):
-    # 120m, requested as 150m for the rounds above the median. A pod that asks far less can lower
-    # it in its own manifests. No CPU limit: a CFS quota throttles in bursts, which clients see as
-    # DNS timeouts. Memory: 29 MiB RSS after that load; 97 MiB with a full cache (`limits {
-    # cache_memory }`, 64 MB by default, counted at what an entry costs the process under a flood
-    # of new names); the limit leaves room for it and the queries in flight.
-    container["resources"] = {"requests": {"cpu": "150m", "memory": "48Mi"}, "limits": {"memory": "128Mi"}}
+    # CPU: for the rate the pod is expected to ask (kube.sizing). No CPU limit: a CFS quota
+    # throttles in bursts, which clients see as DNS timeouts. Memory: 29 MiB RSS after 1,000 q/s
+    # of the mix; 97 MiB with a full cache (`limits { cache_memory }`, 64 MB by default, counted at
+    # what an entry costs the process under a flood of new names); the limit leaves room for it
+    # and the queries in flight.
+    container["resources"] = {"requests": {"cpu": cpu_request(opts.expected_qps), "memory": "48Mi"},
+                              "limits": {"memory": "128Mi"}}
     container["securityContext"] = {
         "runAsNonRoot": True,
         "runAsUser": USER_ID,

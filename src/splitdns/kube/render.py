@@ -48,7 +48,7 @@ def inject_settings(plan: Plan, opts: Options) -> inject.Settings:
     No namespace is excluded: the user named it (the webhook's exclusions guard against mistakes)."""
     image = opts.coredns_image if plan.resolver == "coredns" else opts.image
     return inject.Settings(plan, image=image, sidecar=opts.sidecar, excluded_namespaces=(),
-                           configmap=opts.configmap)
+                           configmap=opts.configmap, expected_qps=opts.expected_qps)
 
 
 def _injected(template: Doc, plan: Plan, opts: Options) -> Doc:

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from splitdns.kube import inject, manifests
+from splitdns.kube import inject, manifests, sizing
+from splitdns.kube.plan import PlanError
 
 Doc = dict[str, Any]
 
@@ -25,6 +26,18 @@ TLS_DIR = "/etc/splitdns-webhook/tls"
 HTTPS_PORT, PROBE_PORT = 8443, 8080
 WEBHOOK_NAME = "inject.splitdns.dev"
 SETTINGS_ANNOTATION = "splitdns.dev/settings"  # on the webhook's pods: a new value rolls them
+
+def cpu_request(review_rate: int) -> str:
+    """Each replica's CPU request for `review_rate` reviews a second (kube.sizing)."""
+    if review_rate < 1:
+        raise PlanError(f"--webhook-review-rate {review_rate}: give the reviews a second, 1 or more")
+    millicores = sizing.webhook_millicores(review_rate)
+    if millicores > sizing.MAX_MILLICORES:
+        raise PlanError(f"--webhook-review-rate {review_rate}: more than one core ({millicores}m) at "
+                        f"{sizing.WEBHOOK_CPU_MS_PER_REVIEW:g} ms of CPU per review, and a replica answers "
+                        f"on one; {sizing.most_reviews()} reviews a second is the most a replica is sized "
+                        "for")
+    return f"{millicores}m"
 
 
 def _meta(name: str, namespace: str | None = None, **extra: Any) -> Doc:
@@ -48,11 +61,12 @@ def settings_args(settings: inject.Settings) -> list[str]:
             args += ["--probe", f"{zone}={r.probe}"]
     args += ["--cluster-domain", plan.cluster_domain, "--ndots", str(plan.ndots),
              "--openvpn-management", plan.management, "--sidecar", settings.sidecar,
-             "--image", settings.image]
+             "--image", settings.image, "--expected-qps", str(settings.expected_qps)]
     return args
 
 
-def render(settings: inject.Settings, namespace: str) -> dict[str, str]:
+def render(settings: inject.Settings, namespace: str,
+           review_rate: int = sizing.TYPICAL_REVIEW_RATE) -> dict[str, str]:
     from splitdns import __version__
     from splitdns.kube import yamlio
 
@@ -62,16 +76,18 @@ def render(settings: inject.Settings, namespace: str) -> dict[str, str]:
         f"Opt in: label a namespace {inject.NAMESPACE_LABEL}=enabled and the pods {inject.POD_LABEL}=true.",
         "Changing the zones: render again, apply, then restart the workloads (kubectl rollout restart):",
         "running pods keep the settings they were created with (`splitdns doctor` lists them)."])
-    return {"splitdns-webhook.yaml": yamlio.dump_all(all_documents(settings, namespace), header)}
+    return {"splitdns-webhook.yaml": yamlio.dump_all(all_documents(settings, namespace,
+                                                                   review_rate=review_rate), header)}
 
 
-def all_documents(settings: inject.Settings, namespace: str, timeout_seconds: int = 5) -> list[Doc]:
+def all_documents(settings: inject.Settings, namespace: str, timeout_seconds: int = 5,
+                  review_rate: int = sizing.TYPICAL_REVIEW_RATE) -> list[Doc]:
     return [
         namespace_doc(namespace),
         {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": _meta(NAME, namespace),
          "automountServiceAccountToken": False},
         *certificates(namespace),
-        deployment(settings, namespace, settings_args(settings)),
+        deployment(settings, namespace, settings_args(settings), review_rate),
         {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": _meta(NAME, namespace),
          "spec": {"minAvailable": 1, "selector": {"matchLabels": _selector()}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": _meta(NAME, namespace),
@@ -111,7 +127,8 @@ def certificates(namespace: str) -> list[Doc]:
     ]
 
 
-def deployment(settings: inject.Settings, namespace: str, flags: list[str]) -> Doc:
+def deployment(settings: inject.Settings, namespace: str, flags: list[str],
+               review_rate: int = sizing.TYPICAL_REVIEW_RATE) -> Doc:
     args = ["--tls-cert", f"{TLS_DIR}/tls.crt", "--tls-key", f"{TLS_DIR}/tls.key",
             "--port", str(HTTPS_PORT), "--probe-port", str(PROBE_PORT), "--namespace", namespace, *flags]
     base = manifests.dns_container(settings.plan, manifests.Options(image=settings.image, sidecar="classic"))
@@ -126,7 +143,8 @@ def deployment(settings: inject.Settings, namespace: str, flags: list[str]) -> D
                            "failureThreshold": 1},
         "livenessProbe": {"httpGet": {"path": "/healthz", "port": "probes"}, "periodSeconds": 10,
                           "failureThreshold": 3},
-        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "192Mi"}},
+        "resources": {"requests": {"cpu": cpu_request(review_rate), "memory": "64Mi"},
+                      "limits": {"memory": "192Mi"}},
         "securityContext": base["securityContext"],
         "volumeMounts": [{"name": "tls", "mountPath": TLS_DIR, "readOnly": True}],
     }
