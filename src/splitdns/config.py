@@ -27,6 +27,7 @@ from splitdns.directives import (
     private,
     rewrite,
     template,
+    wireguard,
 )
 from splitdns.directives._args import domain_name
 from splitdns.errors import ConfigError, Location
@@ -53,6 +54,7 @@ class Block:
     reload: operations.ReloadSpec | None = None
     loop: bool = False
     openvpn: openvpn.OpenVPNSpec | None = None
+    wireguard: wireguard.WireGuardSpec | None = None
     limits: limits.Limits | None = None
     private_addresses: private.PrivateSpec | None = None
     hosts: hosts.HostsSpec | None = None
@@ -157,14 +159,21 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
             values[name] = directives.PARSERS[name](st)  # the Block field is named after the directive
     if "bind" in values:
         values["explicit_bind"] = True
-    if "openvpn" in values and not forwards:
+    tunnels = [name for name in directives.TUNNELS if name in values]
+    if len(tunnels) > 1:
+        first, second = seen[tunnels[0]], seen[tunnels[1]]
+        raise ConfigError(second.where, f"{second.name}: this block already follows a tunnel "
+                                        f"({first.name} at {first.where}); one per block")
+    if tunnels and not forwards:
         # The tunnel zone's default: fail fast, since a dead tunnel should not cost a timeout.
         forwards.append(forward.ForwardSpec(origin=".", upstreams=(), tunnel=True, max_fails=1,
                                             failfast_all_unhealthy=True, policy="sequential",
-                                            line=str(seen["openvpn"].where)))
+                                            line=str(seen[tunnels[0]].where)))
     for spec, st in zip(forwards, forward_statements, strict=False):
-        if spec.tunnel and "openvpn" not in values:
-            raise ConfigError(st.where, f"forward {spec.origin} openvpn needs an `openvpn` "
+        if spec.tunnel and not tunnels:
+            word = next((a for a in st.args[1:] if a in directives.TUNNELS), "openvpn")
+            article = "an" if word == "openvpn" else "a"
+            raise ConfigError(st.where, f"forward {spec.origin} {word} needs {article} `{word}` "
                                         "directive in the same block, to say where the tunnel state is")
     return Block(zones=tuple(dict.fromkeys(zones)), port=ports.pop(), where=sb.where,
                  forwards=tuple(forwards), **values)  # type: ignore[arg-type]

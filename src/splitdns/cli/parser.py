@@ -65,6 +65,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     _add_render(commands)
     _add_explain(commands)
     _add_openvpn_hook(commands)
+    _add_wireguard_shim(commands)
     _add_verify(commands)
     _add_inject(commands)
     _add_webhook(commands)
@@ -186,6 +187,19 @@ def _add_openvpn_hook(commands: argparse._SubParsersAction[Parser]) -> None:
                     "as an up or down script, 70 internal error.")
     p.add_argument("--state", required=True, metavar="FILE", help="The state file to write.")
     p.add_argument("openvpn_args", nargs="*", help=argparse.SUPPRESS)
+
+
+def _add_wireguard_shim(commands: argparse._SubParsersAction[Parser]) -> None:
+    p = commands.add_parser(
+        "wireguard-shim", help="Write a resolvconf for wg-quick that hands its DNS to splitdns serve.",
+        description="Write DIR/resolvconf, a POSIX sh script for the WireGuard container's PATH: "
+                    "wg-quick calls it at up with the nameserver and search lines of its DNS = line, "
+                    "and at down; it records them in $SPLITDNS_RESOLVCONF_DIR (default "
+                    "/run/splitdns), a volume the resolver reads through `wireguard { resolvconf DIR "
+                    "}`. `resolvconf --watch IFACE` in that container copies the last handshakes "
+                    "there too, which the resolver cannot read without CAP_NET_ADMIN.")
+    p.add_argument("dir", metavar="DIR",
+                   help="Where to write the script (a volume the VPN container mounts).")
 
 
 def _add_verify(commands: argparse._SubParsersAction[Parser]) -> None:

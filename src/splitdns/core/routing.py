@@ -58,4 +58,4 @@ def cache_key(block: Block) -> tuple[object, ...]:
     must not outlive the swap, nor answers to names an old `rewrite` asked for."""
     routes = tuple((f.origin, f.excepts, f.upstreams, f.files, f.tunnel) for f in block.forwards)
     return (block.zones, block.port, block.cache, routes, block.private_addresses, block.openvpn,
-            block.rewrite)
+            block.rewrite, block.wireguard)

@@ -76,7 +76,7 @@ class Zone:
         self.ready = False           # latched once the zone answered through its upstreams
         self.not_ready_reason = "no probe has been answered yet"
         self.loop = LoopGuard(self.name, self.stats, self.upstream_list, loop_probes)
-        self.tunnel: TunnelState | None = TunnelState() if block.openvpn else None
+        self.tunnel: TunnelState | None = TunnelState() if block.openvpn or block.wireguard else None
         spec = block.private_addresses
         self.private = PrivateFilter(spec) if spec is not None else None
         self.local = Local(block) if steps_of(block) else None  # rewrite, template, hosts
@@ -370,6 +370,7 @@ _STEPS: dict[str, tuple[Step, Callable[[Zone], bool]]] = {
     "hosts": (Zone._local_step, lambda z: z.block.hosts is not None),
     "loop": (Zone._loop_step, lambda z: True),
     "openvpn": (Zone._tunnel_step, lambda z: z.tunnel is not None),
+    "wireguard": (Zone._tunnel_step, lambda z: z.tunnel is not None),
     "forward": (Zone._forward_step, lambda z: True),
 }
 

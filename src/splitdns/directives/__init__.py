@@ -22,11 +22,12 @@ from splitdns.directives import (
     private,
     rewrite,
     template,
+    wireguard,
 )
 
 SUPPORTED = ("bind", "cache", "errors", "forward", "health", "hosts", "limits", "loadbalance", "log",
              "loop", "openvpn", "private_addresses", "prometheus", "ready", "reload", "rewrite",
-             "template")
+             "template", "wireguard")
 # Directives CoreDNS has that we deliberately do not: named in the error so the user
 # knows the Corefile is fine for CoreDNS but not for us.
 COREDNS_ONLY = (
@@ -40,9 +41,10 @@ COREDNS_ONLY = (
 # that order among our directives, ours placed where they act: the per-query steps of a block
 # (local.steps_of, zone.Zone.begin) are read from it.
 ORDER = ("reload", "bind", "limits", "ready", "health", "prometheus", "errors", "log", "loadbalance",
-         "cache", "rewrite", "template", "hosts", "loop", "private_addresses", "openvpn", "forward")
+         "cache", "rewrite", "template", "hosts", "loop", "private_addresses", "openvpn", "wireguard",
+         "forward")
 ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready", "openvpn",
-        "limits", "private_addresses", "hosts", "loadbalance")
+        "limits", "private_addresses", "hosts", "loadbalance", "wireguard")
 REPEATED = ("rewrite", "template")  # several in a block: all of them, in file order
 PARSERS: dict[str, Callable[[corefile.Statement], object]] = {
     "bind": bind.parse, "cache": cache.parse, "errors": logging.parse_errors, "log": logging.parse_log,
@@ -50,7 +52,9 @@ PARSERS: dict[str, Callable[[corefile.Statement], object]] = {
     "prometheus": operations.parse_prometheus, "reload": operations.parse_reload,
     "loop": operations.parse_loop, "openvpn": openvpn.parse, "limits": limits.parse,
     "private_addresses": private.parse, "hosts": hosts.parse, "loadbalance": loadbalance.parse,
+    "wireguard": wireguard.parse,
 }
+TUNNELS = ("openvpn", "wireguard")  # directives that give a block its upstreams at run time
 REPEATED_PARSERS: dict[str, Callable[[corefile.Statement], object]] = {
     "rewrite": rewrite.parse, "template": template.parse,
 }
