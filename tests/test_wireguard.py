@@ -93,10 +93,22 @@ def test_a_handshake_older_than_reject_after_time_is_down_a_fresh_one_up() -> No
     old = wg.Handshakes(NOW - 2, (NOW - 2 - 250, 0.0))
     state = look(link=True, handshakes=old)
     assert not state.up and "the last handshake on wg0 was 250 s ago" in state.describe()
-    assert wg.stale_handshake(state)
+    assert wg.wants_traffic(wg.Seen("wg0", handshakes=old), NOW)
     assert look(link=True, handshakes=wg.Handshakes(NOW - 2, (NOW - 2 - 100,))).up
     # Never handshaken yet: the first query through the tunnel starts the handshake.
     assert look(link=True, handshakes=wg.Handshakes(NOW - 2, (0.0,))).up
+
+
+def test_traffic_is_sent_once_the_session_is_due_for_a_new_handshake_not_before() -> None:
+    """An idle tunnel without PersistentKeepalive: past REKEY_AFTER_TIME a query makes WireGuard
+    handshake again, before the age reaches the limit."""
+    def due(age: float, max_age: float = 195.0) -> bool:
+        seen = wg.Seen("wg0", handshakes=wg.Handshakes(NOW - 1, (NOW - 1 - age,)))
+        return wg.wants_traffic(seen, NOW, max_age)
+    assert not due(100) and due(130) and due(300)
+    assert due(10, max_age=30)  # a short limit: as soon as it is worth a try
+    assert not wg.wants_traffic(wg.Seen("wg0", handshakes=wg.Handshakes(NOW - 1, (0.0,))), NOW)
+    assert not wg.wants_traffic(wg.Seen("wg0", handshakes=wg.Handshakes(NOW - 100, (NOW - 400,))), NOW)
 
 
 def test_a_report_the_watcher_stopped_writing_or_that_predates_up_says_nothing() -> None:

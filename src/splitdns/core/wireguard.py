@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from splitdns.core.tunnel import DOWN, UNKNOWN, UP, Pushed, TunnelState
 
 REJECT_AFTER_TIME = 180.0
+REKEY_AFTER_TIME = 120.0
 MARGIN = 15.0
 # The watcher writes every few seconds; a report older than this is a watcher that stopped,
 # and says nothing either way about the tunnel.
@@ -176,9 +177,17 @@ def state_of(seen: Seen, now: float, max_age: float = REJECT_AFTER_TIME + MARGIN
     return TunnelState(UP, f"wg-quick up ({iface})", pushed)
 
 
-def stale_handshake(state: TunnelState) -> bool:
-    """Down only because no handshake happened lately: traffic into the tunnel may revive it."""
-    return state.status == DOWN and "last handshake" in state.reason
+def wants_traffic(seen: Seen, now: float, max_age: float = REJECT_AFTER_TIME + MARGIN) -> bool:
+    """Whether to send a query into the tunnel now. WireGuard handshakes again only when there
+    is traffic and the session is older than REKEY_AFTER_TIME: an idle tunnel without
+    PersistentKeepalive would age past `max_age` though its peer is fine, and, once the zone
+    fails fast, nothing would ever send the traffic that revives it."""
+    report = seen.handshakes
+    if report is None or report.error or now - report.read_at > REPORT_FRESH_FOR:
+        return False
+    newest = max(report.latest, default=0.0)
+    return newest > 0 and report.read_at - newest > max(0.0, max_age - (REJECT_AFTER_TIME + MARGIN
+                                                                         - REKEY_AFTER_TIME))
 
 
 def _pushed(seen: Seen) -> Pushed:

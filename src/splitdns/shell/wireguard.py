@@ -79,9 +79,10 @@ class Watcher:
                 seen = _with(seen, config_error=f"cannot read the wg-quick config {spec.config}")
             else:
                 seen = _with(seen, config=wg.from_config(text))
-        state = wg.state_of(seen, self.wall(), spec.max_age)
+        now = self.wall()
+        state = wg.state_of(seen, now, spec.max_age)
         self._set(state)
-        if wg.stale_handshake(state) and probe is not None:
+        if probe is not None and wg.wants_traffic(seen, now, spec.max_age):
             self._poke(probe)
         return state
 
@@ -121,8 +122,7 @@ class Watcher:
         return text
 
     def _poke(self, probe: socket.socket) -> None:
-        """Send one query into the tunnel: without traffic (and without PersistentKeepalive)
-        WireGuard never handshakes again, and a tunnel we keep quiet would stay down for good."""
+        """Send one query into the tunnel, so that WireGuard handshakes again (wants_traffic)."""
         now = time.monotonic()
         if now - self._poked < POKE_INTERVAL or not self.state.pushed.servers:
             return
