@@ -9,6 +9,9 @@ BIN := $(VENV)/bin
 # the differential test, OpenVPN and the namespace plumbing.
 DEBIAN_PACKAGES := bind9-dnsutils bind9-utils dnsperf nsd unbound dnsmasq-base openvpn \
 	iptables iproute2 procps psmisc openssl python3-venv
+# WireGuard for the lab, userspace (no kernel module here), without recommends: wireguard-tools
+# recommends a kernel image as the provider of its module.
+WIREGUARD_PACKAGES := wireguard-go wireguard-tools
 # What tests/test_image.py builds and runs the image with: podman (runc as its runtime) and
 # mmdebstrap for a base image made from Debian packages. Installed without recommends: podman's
 # (buildah, fuse-overlayfs, slirp4netns, ...) are not used.
@@ -46,6 +49,14 @@ deps-debian:
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@missing=""; for p in $(WIREGUARD_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			$$missing >/dev/null; \
 	fi
 	@# A kubectl for the kubectl-plugin test: Debian's kubernetes-client (1.20), unless one is there.
 	@# (Building the rendered kustomize Component needs kubectl >= 1.21, which Debian does not have.)
