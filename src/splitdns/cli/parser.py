@@ -117,7 +117,8 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
                "  70 internal error (a bug in splitdns)")
     p.add_argument("--zone", action="append", default=[], dest="zones", metavar="ZONE=UPSTREAM[,UPSTREAM]",
                    help="A zone and its upstream addresses, or ZONE=openvpn for the DNS the VPN "
-                        "pushes, learned at run time. Repeat for each zone.")
+                        "pushes (ZONE=wireguard: the DNS = line of the wg-quick config), learned at "
+                        "run time. Repeat for each zone.")
     p.add_argument("--corefile", metavar="FILE", help="Take zones and upstreams from an existing Corefile "
                    "(or the ConfigMap YAML that holds one).")
     cluster = p.add_mutually_exclusive_group()
@@ -152,8 +153,7 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
                         "image.")
     p.add_argument("--coredns-image", default="coredns/coredns:1.12.1", help="The CoreDNS image.")
     p.add_argument("--app-image", default="your-app-image", help="The app image of the full example.")
-    p.add_argument("--vpn-image", default="your-openvpn-client-image",
-                   help="The OpenVPN client image of the full example.")
+    _add_vpn(p)
     p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
     p.add_argument("--output-dir", metavar="DIR", help="Write the files into DIR instead of stdout.")
@@ -249,7 +249,8 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
     `corefile` False for the webhook: its image cannot read YAML, and its zones come spelled out."""
     p.add_argument("--zone", action="append", default=[], dest="zones", metavar="ZONE=UPSTREAM[,UPSTREAM]",
                    help="A zone and its upstream addresses, or ZONE=openvpn for the DNS the VPN "
-                        "pushes, learned at run time. Repeat for each zone.")
+                        "pushes (ZONE=wireguard: the DNS = line of the wg-quick config), learned at "
+                        "run time. Repeat for each zone.")
     if corefile:
         p.add_argument("--corefile", metavar="FILE",
                        help="Take zones and upstreams from an existing Corefile.")
@@ -265,8 +266,20 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
                    help="native (default; first init container with restartPolicy Always, Kubernetes "
                         ">= 1.29) or classic (first regular container, for older clusters).")
     p.add_argument("--image", default=DEFAULT_IMAGE, help="The splitdns image.")
+    _add_vpn(p)
     p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
+
+
+def _add_vpn(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vpn", choices=("openvpn", "wireguard"),
+                   help="The pod's VPN (default: the one the tunnel zones name, else openvpn). With "
+                        "wireguard, the pod also gets a WireGuard sidecar running wg-quick from the "
+                        "Secret wireguard-client (wg0.conf), with our resolvconf shim on its PATH.")
+    p.add_argument("--vpn-image", default="your-openvpn-client-image",
+                   help="The VPN client image: OpenVPN's in the full example, or the WireGuard sidecar's "
+                        "(wg-quick; wireguard-go without the kernel module; default "
+                        "your-wireguard-image then).")
 
 
 def _add_inject(commands: argparse._SubParsersAction[Parser]) -> None:

@@ -15,7 +15,7 @@ from splitdns.directives import bind, forward
 from splitdns.errors import ConfigError, Location
 
 # Directives that change what a block listens on or where it sends queries; the rest are only named.
-_TUNNEL = "openvpn"
+_TUNNELS = ("openvpn", "wireguard")
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ class Block:
 
     @property
     def tunnel(self) -> bool:
-        """The block takes its upstreams from the VPN (`openvpn` directive)."""
-        return self.directive(_TUNNEL) is not None
+        """The block takes its upstreams from the VPN (`openvpn` or `wireguard` directive)."""
+        return any(self.directive(name) is not None for name in _TUNNELS)
 
     @property
     def name(self) -> str:

@@ -24,9 +24,9 @@ from functools import cached_property
 from typing import Any
 
 from splitdns import __version__
-from splitdns.kube import corefiles, manifests
+from splitdns.kube import corefiles, manifests, wireguard_pod
 from splitdns.kube.image import DEFAULT_IMAGE
-from splitdns.kube.plan import Plan
+from splitdns.kube.plan import WIREGUARD, Plan
 
 Doc = dict[str, Any]
 
@@ -57,6 +57,12 @@ class Settings:
     # Empty: the Corefile is an env var of the container. A name: it is that ConfigMap's `Corefile`
     # key, mounted (a changed ConfigMap then reaches running pods, through the resolver's `reload`).
     configmap: str = ""
+    vpn_image: str = wireguard_pod.DEFAULT_IMAGE  # with a WireGuard plan: its sidecar (wireguard_pod)
+    vpn_secret: str = wireguard_pod.SECRET
+
+    @property
+    def wireguard(self) -> bool:
+        return self.plan.vpn == WIREGUARD and any(r.tunnel for r in self.plan.routes)
 
     @property
     def container(self) -> str:
@@ -83,6 +89,7 @@ class Settings:
         """The settings' fingerprint in the status annotation: what changes the injected pod."""
         data = {"corefile": self.corefile, "image": self.image, "sidecar": self.sidecar,
                 **({"configmap": self.configmap} if self.configmap else {}),
+                **({"vpn_image": self.vpn_image, "vpn_secret": self.vpn_secret} if self.wireguard else {}),
                 "ndots": self.plan.ndots, "cluster_domain": self.plan.cluster_domain}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -265,6 +272,10 @@ def _refuse_conflicts(spec: Doc, settings: Settings) -> None:
 def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> None:
     spec: Doc = pod["spec"]
     _refuse_conflicts(spec, settings)
+    if STATUS in _annotations(pod):
+        wireguard_pod.remove(spec)  # ours from before: rebuilt below, or gone with the settings
+    if settings.wireguard and (why := wireguard_pod.conflict(spec)) is not None:
+        raise Refused(why)
     mounted_before = False
     for key, i in reversed(_ours(spec)):  # re-injection: ours is rebuilt, in first place
         mounted_before |= spec[key][i].get("name") == MOUNTED_CONTAINER
@@ -288,6 +299,9 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
                             "cannot resolve names")
     ndots_from_settings = _dns(pod, namespace, settings, warnings)
     _sysctl(spec)
+    if settings.wireguard:
+        wireguard_pod.add(spec, container, settings.image, settings.vpn_image, settings.vpn_secret,
+                          settings.sidecar)
     if settings.configmap or mounted_before:  # the Corefile volume follows our container (in or out)
         volumes = [v for v in _list(spec.get("volumes"), "spec.volumes")
                    if not (isinstance(v, dict) and v.get("name") == manifests.COREFILE_VOLUME)]
