@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import config
+from splitdns import config, directives
 from splitdns.core import resolve
 from splitdns.directives._args import domain_name
 from splitdns.errors import ConfigError
@@ -26,9 +26,9 @@ def test_scenario_corefile_means_what_it_says() -> None:
     assert catch_all.zones == (".",) and tunnel.zones == ("svc.acme.internal.",)
     assert [str(u) for u in catch_all.forwards[0].upstreams] == ["10.100.0.10:53"]
     assert [str(u) for u in tunnel.forwards[0].upstreams] == ["192.168.240.1:53"]
-    assert catch_all.cache is not None and catch_all.cache.success_ttl == 30
-    assert catch_all.cache.denial_ttl == 30  # `cache 30` caps negative answers too
-    assert catch_all.errors is not None
+    assert catch_all[directives.CACHE] is not None and catch_all[directives.CACHE].success_ttl == 30
+    assert catch_all[directives.CACHE].denial_ttl == 30  # `cache 30` caps negative answers too
+    assert catch_all[directives.ERRORS] is not None
     # No `bind`: loopback only, a deliberate difference from CoreDNS.
     assert set(cfg.listeners()) == {("127.0.0.1", 53), ("::1", 53)}
 
@@ -178,7 +178,7 @@ def test_cache_options() -> None:
             serve_stale 1h verify
         }
     }"""
-    spec = load(text).blocks[0].cache
+    spec = load(text).blocks[0][directives.CACHE]
     assert spec is not None
     assert spec.zones == ("example.org.",)
     assert (spec.success_capacity, spec.success_ttl, spec.success_min_ttl) == (4864, 600, 10)

@@ -10,7 +10,7 @@ from pathlib import Path
 import dns.rcode
 import pytest
 
-from splitdns import cli, config
+from splitdns import cli, config, directives
 from splitdns.codec import entries, wire
 from splitdns.core import resolve
 from splitdns.core.cache import Cache
@@ -36,7 +36,7 @@ def test_a_directives_brace_may_stand_on_the_next_line() -> None:
                           "    cache 30\n    {\n        success 2048\n    }\n}\n")
     block = loaded.blocks[0]
     assert block.forwards[0].policy == "sequential"
-    assert block.cache is not None and block.cache.success_capacity == 2048
+    assert block[directives.CACHE] is not None and block[directives.CACHE].success_capacity == 2048
 
 
 def test_a_brace_after_a_directive_that_already_has_a_body_is_still_an_error() -> None:
@@ -77,7 +77,7 @@ def test_a_malformed_network_is_still_an_error() -> None:
 ])
 def test_log_takes_names_and_a_format_as_coredns_does(line: str, names: tuple[str, ...],
                                                       template: str | None) -> None:
-    spec = config.loads(f". {{\n    {line} {{\n        class error\n    }}\n}}\n").blocks[0].log
+    spec = config.loads(f". {{\n    {line} {{\n        class error\n    }}\n}}\n").blocks[0][directives.LOG]
     assert spec is not None
     assert (spec.names, spec.template, spec.classes) == (names, template, frozenset({"error"}))
 
@@ -85,7 +85,7 @@ def test_log_takes_names_and_a_format_as_coredns_does(line: str, names: tuple[st
 def test_log_writes_only_the_classes_and_names_it_is_given() -> None:
     """CoreDNS's `class` (success, denial, error) and names: which replies get a line."""
     def spec_of(line: str) -> LogSpec:
-        spec = config.loads(f". {{\n    {line}\n}}\n").blocks[0].log
+        spec = config.loads(f". {{\n    {line}\n}}\n").blocks[0][directives.LOG]
         assert spec is not None
         return spec
 
@@ -100,7 +100,7 @@ def test_log_writes_only_the_classes_and_names_it_is_given() -> None:
 
 
 def test_errors_stdout_is_accepted_and_anything_else_named() -> None:
-    assert config.loads(". {\n    errors stdout\n}\n").blocks[0].errors is not None
+    assert config.loads(". {\n    errors stdout\n}\n").blocks[0][directives.ERRORS] is not None
     with pytest.raises(ConfigError, match="'/var/log/x' is not a log destination"):
         config.loads(". {\n    errors /var/log/x\n}\n")
 
@@ -125,7 +125,7 @@ def test_log_formats_fill_coredns_placeholders() -> None:
 
 def test_cache_disable_success_for_some_zones_only() -> None:
     spec = config.loads(". {\n    cache {\n        disable success internal.example\n"
-                        "        disable denial\n    }\n}\n").blocks[0].cache
+                        "        disable denial\n    }\n}\n").blocks[0][directives.CACHE]
     assert spec is not None
     cache = Cache(spec)
     for name, cached in (("db.internal.example.", False), ("www.example.org.", True)):
@@ -151,10 +151,11 @@ def _stored(cache: Cache, name: str, ttl: int, now: float) -> tuple[wire.Query, 
 
 
 def test_prefetch_parses_coredns_arguments() -> None:
-    spec = config.loads(". {\n    cache {\n        prefetch 2 10m 20%\n    }\n}\n").blocks[0].cache
+    text = ". {\n    cache {\n        prefetch 2 10m 20%\n    }\n}\n"
+    spec = config.loads(text).blocks[0][directives.CACHE]
     assert spec is not None
     assert (spec.prefetch_amount, spec.prefetch_duration, spec.prefetch_percentage) == (2, 600.0, 20)
-    default = config.loads(". {\n    cache {\n        prefetch 5\n    }\n}\n").blocks[0].cache
+    default = config.loads(". {\n    cache {\n        prefetch 5\n    }\n}\n").blocks[0][directives.CACHE]
     assert default is not None and (default.prefetch_duration, default.prefetch_percentage) == (60.0, 10)
 
 

@@ -412,7 +412,7 @@ def test_loadbalance_refuses_what_it_does_not_implement(text: str, error: str) -
 
 # CoreDNS's plugin.cfg, the lines naming plugins splitdns implements (or stands in for), in order.
 COREDNS_PLUGIN_CFG = ("reload", "bind", "ready", "health", "prometheus", "errors", "log", "loadbalance",
-                      "cache", "rewrite", "template", "hosts", "loop", "forward")
+                      "cache", "rewrite", "minimal", "template", "hosts", "loop", "forward")
 
 
 def test_the_per_query_order_is_corednss_plugin_cfg_order() -> None:

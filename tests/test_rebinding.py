@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from splitdns import config
+from splitdns import config, directives
 from splitdns.codec import reply as replies
 from splitdns.codec import wire
 from splitdns.core import resolve
@@ -128,7 +128,7 @@ def test_corefile_errors(text: str, message: str) -> None:
 
 def test_explicit_networks_replace_the_default_set() -> None:
     cfg = config.loads(". {\n private_addresses 198.18.0.0/15\n forward . 192.0.2.1\n}\n", "Corefile", env={})
-    spec = cfg.blocks[0].private_addresses
+    spec = cfg.blocks[0][directives.PRIVATE_ADDRESSES]
     assert spec is not None and spec.networks == ("198.18.0.0/15",) and spec.allow == ()
 
 

@@ -17,7 +17,7 @@ import dns.message
 import dns.rcode
 import pytest
 
-from splitdns import cli, config
+from splitdns import cli, config, directives
 from splitdns.commands import wireguard_shim
 from splitdns.core import tunnel
 from splitdns.core import wireguard as wg
@@ -144,10 +144,12 @@ def block(body: str) -> config.Block:
 
 def test_the_directive_and_its_defaults() -> None:
     b = block("  config /etc/wireguard/corp.conf\n  resolvconf /run/splitdns\n  domains")
-    assert b.wireguard is not None and b.wireguard.interface == "corp" and b.wireguard.domains
-    assert b.wireguard.recorded == "/run/splitdns/corp" and b.wireguard.max_age == 195
+    spec = b[directives.WIREGUARD]
+    assert spec is not None and spec.interface == "corp" and spec.domains
+    assert spec.recorded == "/run/splitdns/corp" and spec.max_age == 195
     assert b.forwards[0].tunnel and b.forwards[0].failfast_all_unhealthy  # fails fast by default
-    spec = block("  resolvconf /run/splitdns/\n  interface tun0\n  max_handshake_age 1m").wireguard
+    other = block("  resolvconf /run/splitdns/\n  interface tun0\n  max_handshake_age 1m")
+    spec = other[directives.WIREGUARD]
     assert spec is not None and spec.handshakes == "/run/splitdns/tun0.handshakes" and spec.max_age == 60
 
 

@@ -10,7 +10,7 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from splitdns import cli, config
+from splitdns import cli, config, directives
 from splitdns.commands import render
 from splitdns.kube import inject, webhook_manifests, wireguard_pod
 from splitdns.kube.plan import PlanError
@@ -75,10 +75,10 @@ def test_the_shim_container_command_writes_what_the_sidecar_runs(tmp_path: Path)
 def test_the_rendered_corefile_follows_the_sidecars_files() -> None:
     (configmap,) = [d for d in rendered() if d["kind"] == "ConfigMap"]
     loaded = config.loads(configmap["data"]["Corefile"], read_files=False)
-    (block,) = [b for b in loaded.blocks if b.wireguard is not None]
-    assert block.zones == ("svc.acme.internal.",)
-    assert block.wireguard.resolvconf == wireguard_pod.RUN_DIR and block.wireguard.interface == "wg0"
-    assert block.wireguard.domains
+    (block,) = [b for b in loaded.blocks if b.uses(directives.WIREGUARD)]
+    spec = block[directives.WIREGUARD]
+    assert block.zones == ("svc.acme.internal.",) and spec is not None
+    assert spec.resolvconf == wireguard_pod.RUN_DIR and spec.interface == "wg0" and spec.domains
 
 
 def test_the_header_says_what_to_create_first() -> None:

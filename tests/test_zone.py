@@ -373,10 +373,10 @@ def test_the_steps_follow_directives_order(monkeypatch: pytest.MonkeyPatch) -> N
     t = Transcript(corefile)
     t.ask(q, answering(address="192.0.2.80"), 100.0)  # hosts answers: 192.0.2.9, nothing asked
     assert b"\xc0\x00\x02\x09" in t.ask(q, failing(), 100.0)
-    order = list(directives.ORDER)
-    order.remove("forward")
-    order.insert(order.index("hosts"), "forward")  # forward before hosts: hosts never acts
-    monkeypatch.setattr(directives, "ORDER", tuple(order))
+    order = list(directives.REGISTRY)
+    order.remove(directives.FORWARD)
+    order.insert(order.index(directives.HOSTS), directives.FORWARD)  # hosts would never act
+    monkeypatch.setattr(directives, "REGISTRY", tuple(order))
     t = Transcript(corefile)
     assert b"\xc0\x00\x02\x50" in t.ask(q, answering(address="192.0.2.80"), 100.0)
 

@@ -11,56 +11,59 @@ import functools
 import ipaddress
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from splitdns import corefile, directives
-from splitdns.directives import (
-    bind,
-    cache,
-    forward,
-    hosts,
-    limits,
-    logging,
-    openvpn,
-    operations,
-    private,
-    rewrite,
-    template,
-    wireguard,
-)
+from splitdns.directives import bind, forward, limits, operations
 from splitdns.directives._args import domain_name
 from splitdns.errors import ConfigError, Location
 
+S = TypeVar("S")
 DEFAULT_PORT = 53
 _CIDR = re.compile(r"[0-9a-fA-F.:]+/[0-9]+")  # what CoreDNS would read as a network
 
+class Specs(dict[str, object]):
+    """What each directive of a block says, by directive name: built once, never changed, and
+    hashable, since blocks key the server's zones (every spec is a frozen value)."""
+
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+
 @dataclass(frozen=True)
 class Block:
-    """One server block: the zones it owns on a port, and what it does with their queries."""
+    """One server block: the zones it owns on a port, and what it does with their queries.
+
+    `specs` holds what each directive of the block says, by directive name (the registry in
+    `splitdns.directives` says which exist); `block[D]` reads a directive used once,
+    `block.every(D)` one that may repeat. `forwards` is `forward`'s, with the tunnel's
+    default forward added where a tunnel directive stands alone."""
 
     zones: tuple[str, ...]
     port: int
     where: Location
-    bind: tuple[str, ...] = bind.LOOPBACK
     forwards: tuple[forward.ForwardSpec, ...] = ()
-    cache: cache.CacheSpec | None = None
-    errors: logging.ErrorsSpec | None = None
-    log: logging.LogSpec | None = None
-    explicit_bind: bool = False
-    health: operations.HealthSpec | None = None
-    ready: operations.ReadySpec | None = None
-    prometheus: operations.Endpoint | None = None
-    reload: operations.ReloadSpec | None = None
-    loop: bool = False
-    openvpn: openvpn.OpenVPNSpec | None = None
-    wireguard: wireguard.WireGuardSpec | None = None
-    limits: limits.Limits | None = None
-    private_addresses: private.PrivateSpec | None = None
-    hosts: hosts.HostsSpec | None = None
-    template: tuple[template.TemplateSpec, ...] = ()
-    rewrite: tuple[rewrite.RewriteRule, ...] = ()
-    loadbalance: bool = False
+    specs: Specs = field(default_factory=Specs)
+
+    def __getitem__(self, directive: directives.Once[S]) -> S | None:
+        return self.specs.get(directive.name)  # type: ignore[return-value]
+
+    def every(self, directive: directives.Repeated[S]) -> tuple[S, ...]:
+        return self.specs.get(directive.name, ())  # type: ignore[return-value]
+
+    def uses(self, directive: directives.Directive[object]) -> bool:
+        return directive.name in self.specs
+
+    @property
+    def bind(self) -> tuple[str, ...]:
+        """The addresses the block listens on: loopback only, unless `bind` says otherwise."""
+        return self[directives.BIND] or bind.LOOPBACK
+
+    @property
+    def explicit_bind(self) -> bool:
+        return directives.BIND.name in self.specs
 
     @property
     def name(self) -> str:
@@ -75,24 +78,24 @@ class Config:
     @property
     def health(self) -> operations.HealthSpec | None:
         """`health` is process-wide, as in CoreDNS: the first block's wins."""
-        return next((b.health for b in self.blocks if b.health), None)
+        return next((h for b in self.blocks if (h := b[directives.HEALTH])), None)
 
     @property
     def ready(self) -> operations.Endpoint | None:
-        return next((b.ready.endpoint for b in self.blocks if b.ready), None)
+        return next((r.endpoint for b in self.blocks if (r := b[directives.READY])), None)
 
     @functools.cached_property
     def limits(self) -> limits.Limits:
         """Process-wide: the first block's `limits`, else the defaults."""
-        return next((b.limits for b in self.blocks if b.limits), limits.Limits())
+        return next((lim for b in self.blocks if (lim := b[directives.LIMITS])), limits.Limits())
 
     @property
     def reload(self) -> operations.ReloadSpec | None:
-        return next((b.reload for b in self.blocks if b.reload), None)
+        return next((r for b in self.blocks if (r := b[directives.RELOAD])), None)
 
     @property
     def prometheus(self) -> tuple[operations.Endpoint, ...]:
-        return tuple(dict.fromkeys(b.prometheus for b in self.blocks if b.prometheus))
+        return tuple(dict.fromkeys(p for b in self.blocks if (p := b[directives.PROMETHEUS])))
 
     def listeners(self) -> dict[tuple[str, int], tuple[Block, ...]]:
         """Which blocks each (address, port) serves."""
@@ -139,44 +142,45 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
     if len(ports) > 1:
         raise ConfigError(sb.where, "all keys of one server block must use the same port")
     seen: dict[str, corefile.Statement] = {}
-    values: dict[str, object] = {}
+    specs: dict[str, object] = {}
     forwards: list[forward.ForwardSpec] = []
     forward_statements: list[corefile.Statement] = []
     for st in sb.directives:
-        name = st.name
-        if name not in directives.SUPPORTED:
+        directive = directives.BY_NAME.get(st.name)
+        if directive is None:
             raise _unknown(st)
-        if name in directives.ONCE and name in seen:
+        name = directive.name
+        if isinstance(directive, directives.Once) and name in seen:
             raise ConfigError(st.where, f"{name} can be used only once per server block "
                                         f"(first at {seen[name].where})")
-        seen[name] = st
-        if name == "forward":
+        seen.setdefault(name, st)
+        if directive is directives.FORWARD:
             forwards.append(forward.parse(st, read_files))
             forward_statements.append(st)
-        elif name in directives.REPEATED:
-            values[name] = (*values.get(name, ()), directives.REPEATED_PARSERS[name](st))  # type: ignore[misc]
+        elif isinstance(directive, directives.Repeated):
+            specs[name] = (*specs.get(name, ()), directive.parse(st))  # type: ignore[misc]
         else:
-            values[name] = directives.PARSERS[name](st)  # the Block field is named after the directive
-    if "bind" in values:
-        values["explicit_bind"] = True
-    tunnels = [name for name in directives.TUNNELS if name in values]
+            specs[name] = directive.parse(st)
+    tunnels = [d for d in directives.steps(directives.TUNNEL_STEP) if d.name in specs]
+    tunnel = tunnels[0] if tunnels else None
     if len(tunnels) > 1:
-        first, second = seen[tunnels[0]], seen[tunnels[1]]
+        first, second = seen[tunnels[0].name], seen[tunnels[1].name]
         raise ConfigError(second.where, f"{second.name}: this block already follows a tunnel "
                                         f"({first.name} at {first.where}); one per block")
-    if tunnels and not forwards:
+    if tunnel is not None and not forwards:
         # The tunnel zone's default: fail fast, since a dead tunnel should not cost a timeout.
         forwards.append(forward.ForwardSpec(origin=".", upstreams=(), tunnel=True, max_fails=1,
                                             failfast_all_unhealthy=True, policy="sequential",
-                                            line=str(seen[tunnels[0]].where)))
+                                            line=str(seen[tunnel.name].where)))
     for spec, st in zip(forwards, forward_statements, strict=False):
-        if spec.tunnel and not tunnels:
-            word = next((a for a in st.args[1:] if a in directives.TUNNELS), "openvpn")
+        if spec.tunnel and tunnel is None:
+            names = [d.name for d in directives.steps(directives.TUNNEL_STEP)]
+            word = next((a for a in st.args[1:] if a in names), "openvpn")
             article = "an" if word == "openvpn" else "a"
             raise ConfigError(st.where, f"forward {spec.origin} {word} needs {article} `{word}` "
                                         "directive in the same block, to say where the tunnel state is")
     return Block(zones=tuple(dict.fromkeys(zones)), port=ports.pop(), where=sb.where,
-                 forwards=tuple(forwards), **values)  # type: ignore[arg-type]
+                 forwards=tuple(forwards), specs=Specs(specs))
 
 
 def _unknown(st: corefile.Statement) -> ConfigError:

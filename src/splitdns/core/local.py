@@ -2,7 +2,7 @@
 
 After the cache and before `forward`, as CoreDNS's plugin.cfg runs them: `rewrite` changes
 the name the later steps see, `template` answers what its regexes match, `hosts` what its
-entries name. The steps run in `directives.ORDER`, the one list of the per-query order. What
+entries name. The steps run in `directives.REGISTRY`'s order, the one per-query order. What
 they decide is a reply made here (an `Entry`, kept per question so the next one is a
 lookup, as a cache hit is), a rewritten query for the upstream (`Rewritten`, whose reply
 `revert` maps back to the client's names), or nothing (the query goes upstream as asked).
@@ -27,6 +27,7 @@ from splitdns import directives
 from splitdns.codec import entries, wire
 from splitdns.codec import reply as replies
 from splitdns.directives import hosts as hosts_directive
+from splitdns.directives import minimal
 from splitdns.directives._args import domain_name
 from splitdns.directives.hosts import in_zone
 from splitdns.directives.rewrite import RewriteRule, expand
@@ -41,7 +42,6 @@ if TYPE_CHECKING:
     from splitdns.config import Block
     from splitdns.core.cache import Cache
 
-STEPS = ("rewrite", "template", "hosts")
 MAX_ANSWERS = 4096  # questions answered here and kept; a flood of new names only empties it
 T_PTR = 12
 SERVFAIL = 2
@@ -50,8 +50,8 @@ _TARGETS = {"CNAME": "target", "DNAME": "target", "NS": "target", "PTR": "target
 
 
 def steps_of(block: Block) -> tuple[str, ...]:
-    """The block's local steps, in the order `directives.ORDER` gives every directive."""
-    return tuple(name for name in directives.ORDER if name in STEPS and getattr(block, name))
+    """The block's local steps (`rewrite`, `template`, `hosts`), in the registry's order."""
+    return tuple(d.name for d in directives.steps(directives.LOCAL_STEP) if block.uses(d))
 
 
 @dataclass(frozen=True)
@@ -67,14 +67,15 @@ class Local:
     def __init__(self, block: Block) -> None:
         self.block = block
         self.steps = steps_of(block)
-        self.rules: tuple[RewriteRule, ...] = block.rewrite
-        self.templates: tuple[TemplateSpec, ...] = block.template
-        spec = block.hosts
+        self.rules: tuple[RewriteRule, ...] = block.every(directives.REWRITE)
+        self.templates: tuple[TemplateSpec, ...] = block.every(directives.TEMPLATE)
+        spec = block[directives.HOSTS]
         self.hosts_spec = spec
         self.hosts_zones = (spec.zones or block.zones) if spec else ()
         self.hosts = hosts_directive.build("", spec.inline, self.hosts_zones) if spec else None
         self.hosts_file_seen: tuple[int, int] | None = None  # (mtime_ns, size) last read
         self.answers: dict[bytes, Entry] = {}
+        self.minimal = block.uses(directives.MINIMAL)
 
     def load_hosts(self, text: str, seen: tuple[int, int] | None) -> None:
         """A new hosts file (read by the shell): the answers made from the old one go."""
@@ -175,6 +176,8 @@ class Local:
         else:
             if applied:
                 revert_message(made, original, applied)
+            if self.minimal:
+                minimal.minimize(made)
             reply = replies.read_canonical(made.to_wire(want_shuffle=False))  # hosts order, as written
             if reply is None:  # dnspython wrote what our reader refuses: say so, do not guess
                 return self._keep(q, SERVFAIL, original, ())

@@ -21,7 +21,7 @@ a counted-down TTL. That is the hot path (shell/udp.py), and it never builds a d
 message.
 
 Anything else is decided by the zone (zone.py): `Zone.begin(query, now)` walks the block's
-steps in `directives.ORDER`, as CoreDNS's plugin.cfg orders its plugins. `cache` answers a
+steps in `directives.REGISTRY`'s order, as CoreDNS's plugin.cfg orders its plugins. `cache` answers a
 fresh entry (and may want a prefetch behind it); `rewrite`, `template` and `hosts` answer
 what the block itself knows, or change the name that goes upstream (local.py); `loop`
 answers SERVFAIL while the zone is known to loop (loop.py), and recognises our own loop

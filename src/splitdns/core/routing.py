@@ -6,6 +6,7 @@ from collections.abc import Iterable
 
 import dns.rcode
 
+from splitdns import directives
 from splitdns.codec import wire
 from splitdns.config import Block
 from splitdns.core.zone import Zone
@@ -55,7 +56,9 @@ def unrouted(q: wire.Query) -> bytes:
 def cache_key(block: Block) -> tuple[object, ...]:
     """What a cache's content depends on: a reload keeps a block's cache only when this is
     the same. Answers from old upstreams, or that an old `private_addresses` let through,
-    must not outlive the swap, nor answers to names an old `rewrite` asked for."""
+    must not outlive the swap, nor answers to names an old `rewrite` asked for: every
+    directive the registry marks `stored` is part of it."""
     routes = tuple((f.origin, f.excepts, f.upstreams, f.files, f.tunnel) for f in block.forwards)
-    return (block.zones, block.port, block.cache, routes, block.private_addresses, block.openvpn,
-            block.rewrite, block.wireguard)
+    stored = tuple((d.name, block.specs.get(d.name)) for d in directives.REGISTRY
+                   if d.stored and d is not directives.FORWARD)
+    return (block.zones, block.port, routes, stored)

@@ -1,9 +1,10 @@
 """A server block at run time, and every decision about a query it owns (`begin` .. `finish`).
 
-`begin` walks the block's per-query steps in `directives.ORDER` (as CoreDNS's plugin.cfg
+`begin` walks the block's per-query steps in the registry's order (as CoreDNS's plugin.cfg
 orders its plugins): `cache`, then `rewrite`, `template` and `hosts` (local.py), `loop`,
 `openvpn` (the tunnel's state), `forward`. `loadbalance` wraps every answer, `private_addresses`
-acts on the upstream's reply in `settle`, `errors` and `log` are lines the shell writes.
+and `minimal` act on the upstream's reply in `settle`, `errors` and `log` are lines the shell
+writes.
 Pure: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s).
 """
 
@@ -17,6 +18,7 @@ import dns.rdatatype
 
 from splitdns import directives
 from splitdns.codec import entries, wire
+from splitdns.codec import reply as replies
 from splitdns.core import local
 from splitdns.core.cache import Cache
 from splitdns.core.decisions import (
@@ -37,7 +39,7 @@ from splitdns.core.loop import LoopGuard, LoopProbes
 from splitdns.core.metrics import ZoneStats
 from splitdns.core.rebinding import PrivateFilter
 from splitdns.core.tunnel import TunnelState
-from splitdns.directives import loadbalance
+from splitdns.directives import loadbalance, minimal
 
 if TYPE_CHECKING:
     from splitdns.codec.entries import Entry
@@ -66,8 +68,9 @@ class Zone:
     def __init__(self, block: Block, cache: Cache | None = None, cache_bytes: int = 64 * 1024 * 1024,
                  loop_probes: LoopProbes | None = None) -> None:
         self.block = block
-        if cache is None and block.cache is not None:
-            cache = Cache(block.cache, cache_bytes)
+        spec_of_cache = block[directives.CACHE]
+        if cache is None and spec_of_cache is not None:
+            cache = Cache(spec_of_cache, cache_bytes)
         self.cache = cache
         self.pending = 0  # upstream exchanges in flight (identical queries count once)
         self.flights: dict[bytes, Flight] = {}
@@ -76,11 +79,13 @@ class Zone:
         self.ready = False           # latched once the zone answered through its upstreams
         self.not_ready_reason = "no probe has been answered yet"
         self.loop = LoopGuard(self.name, self.stats, self.upstream_list, loop_probes)
-        self.tunnel: TunnelState | None = TunnelState() if block.openvpn or block.wireguard else None
-        spec = block.private_addresses
+        tunnel = any(block.uses(d) for d in directives.steps(directives.TUNNEL_STEP))
+        self.tunnel: TunnelState | None = TunnelState() if tunnel else None
+        spec = block[directives.PRIVATE_ADDRESSES]
         self.private = PrivateFilter(spec) if spec is not None else None
         self.local = Local(block) if steps_of(block) else None  # rewrite, template, hosts
-        self.turn: int | None = 0 if block.loadbalance else None  # replies rotated so far
+        self.turn: int | None = 0 if block.uses(directives.LOADBALANCE) else None  # rotations so far
+        self.minimal = block.uses(directives.MINIMAL)
         self.steps = steps_for(self)
         # What `begin` walks when the hot path has just found no fresh entry (`cache_checked`).
         self.steps_past_cache = tuple(s for s in self.steps if s != Zone._cache_step)
@@ -227,6 +232,8 @@ class Zone:
         done = unrewrite(done, flight.forward.rewritten)
         done = scrub(done, self, owner_of)
         done, removed = self.without_private(done)
+        if self.minimal:
+            done = minimized(done)
         notes: tuple[Note, ...] = ()
         if removed:
             q = flight.query
@@ -358,28 +365,39 @@ class Zone:
         return wire.render(done.reply.stored, done.reply.offsets, None, q, cap)
 
 
-# Each per-query step of `begin`, by the directive whose place in `directives.ORDER` it takes.
-# `loop` and `forward` are in every block: a loop can be found without the `loop` directive
-# (the VPN pushed this server), and `forward` decides the rest (SERVFAIL without one).
-# `rewrite`, `template` and `hosts` are one step, where the block's first of them stands
-# (local.py runs them, in the same order).
-_STEPS: dict[str, tuple[Step, Callable[[Zone], bool]]] = {
-    "cache": (Zone._cache_step, lambda z: z.cache is not None),
-    "rewrite": (Zone._local_step, lambda z: bool(z.block.rewrite)),
-    "template": (Zone._local_step, lambda z: bool(z.block.template)),
-    "hosts": (Zone._local_step, lambda z: z.block.hosts is not None),
-    "loop": (Zone._loop_step, lambda z: True),
-    "openvpn": (Zone._tunnel_step, lambda z: z.tunnel is not None),
-    "wireguard": (Zone._tunnel_step, lambda z: z.tunnel is not None),
-    "forward": (Zone._forward_step, lambda z: True),
+# What each step the registry names does in `begin` (`directives.REPLY_STEP` is not one:
+# it shapes answers, in `settle`, local.py and `balanced`). `rewrite`, `template` and `hosts`
+# are one step, where the block's first of them stands (local.py runs them, in the same order).
+_STEPS: dict[str, Step] = {
+    directives.CACHE_STEP: Zone._cache_step,
+    directives.LOCAL_STEP: Zone._local_step,
+    directives.LOOP_STEP: Zone._loop_step,
+    directives.TUNNEL_STEP: Zone._tunnel_step,
+    directives.FORWARD_STEP: Zone._forward_step,
 }
+# In every block: a loop can be found without the `loop` directive (the VPN pushed this
+# server), and `forward` decides the rest (SERVFAIL without one).
+_ALWAYS = (directives.LOOP_STEP, directives.FORWARD_STEP)
 
 
 def steps_for(zone: Zone) -> tuple[Step, ...]:
-    """The zone's steps, in `directives.ORDER`: each once, only those its block uses."""
-    chosen = [step for name in directives.ORDER if name in _STEPS
-              for step, used in [_STEPS[name]] if used(zone)]
+    """The zone's steps, in the registry's order: each once, only those its block uses."""
+    block = zone.block
+    chosen = [_STEPS[d.step] for d in directives.REGISTRY if d.step in _STEPS
+              and (d.step in _ALWAYS or block.uses(d))]
     return tuple(dict.fromkeys(chosen))
+
+
+def minimized(done: Done) -> Done:
+    """`minimal`: the reply without the sections a positive answer does not need, before the
+    cache stores it (so hits are minimal at no cost, as behind CoreDNS's cache)."""
+    reply = done.reply
+    if reply is None or not minimal.worth_reading(reply.rcode(), len(reply.owners)):
+        return done
+    shorter = replies.rewrite_with_dnspython(reply.data, minimal.minimize)
+    if shorter is None:  # dnspython could not rewrite it: the reply as it came is still valid
+        return done
+    return Done(shorter, done.rcode, done.error, done.ede)
 
 
 def _type_text(qtype: int) -> str:

@@ -1,5 +1,10 @@
-"""The directives a Corefile may use: each module parses one; this table says which exist,
-which may repeat, who parses each, and the order in which they act on a query.
+"""The directives a Corefile may use, in one registry: a record per directive says its name,
+its parser, whether it may repeat in a block, what it does to a query in the core, whether
+the cache's content depends on it, and whether CoreDNS has a plugin of that name. Its place
+in `REGISTRY` is its place in the per-query order, as a plugin's line in CoreDNS's plugin.cfg
+is. Every list the rest of the code needs (what is supported, what CoreDNS has, the order,
+the steps of a block, what `check` knows) is read from here; adding a directive is one
+module with its parser and one row below.
 
 Parsers turn a statement into a frozen spec and never open a socket; `splitdns.config` builds
 a block from them, `splitdns.core` acts on the specs.
@@ -8,15 +13,19 @@ a block from them, `splitdns.core` acts on the specs.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from splitdns import corefile
 from splitdns.directives import (
     bind,
     cache,
+    forward,
     hosts,
     limits,
     loadbalance,
     logging,
+    minimal,
     openvpn,
     operations,
     private,
@@ -25,36 +34,81 @@ from splitdns.directives import (
     wireguard,
 )
 
-SUPPORTED = ("bind", "cache", "errors", "forward", "health", "hosts", "limits", "loadbalance", "log",
-             "loop", "openvpn", "private_addresses", "prometheus", "ready", "reload", "rewrite",
-             "template", "wireguard")
-# Directives CoreDNS has that we deliberately do not: named in the error so the user
-# knows the Corefile is fine for CoreDNS but not for us.
-COREDNS_ONLY = (
-    "acl", "any", "auto", "autopath", "azure", "cancel", "chaos", "clouddns", "debug",
-    "dns64", "dnssec", "dnstap", "erratic", "etcd", "file", "geoip", "grpc", "header",
-    "k8s_external", "kubernetes", "local", "metadata", "minimal",
-    "multisocket", "nsid", "pprof", "root", "route53", "secondary", "sign",
-    "timeouts", "tls", "trace", "transfer", "tsig", "view", "whoami",
+S = TypeVar("S", covariant=True)
+
+# What a directive does to a query in the core (core/zone.py turns each into a step of `begin`):
+CACHE_STEP = "cache"      # answers from the cache
+LOCAL_STEP = "local"      # answers made by the block itself or the name rewritten (core/local.py)
+LOOP_STEP = "loop"        # a forwarding loop answered at once
+TUNNEL_STEP = "tunnel"    # a tunnel zone answers at once while its tunnel is down
+FORWARD_STEP = "forward"  # asks the upstreams
+REPLY_STEP = "reply"      # shapes every answer the block gives (what is stored, or each send)
+
+
+@dataclass(frozen=True, eq=False)
+class Directive(Generic[S]):
+    """One directive. `step`: what it does to a query in the core, None for what acts on
+    the process or the shell only (listeners, endpoints, logs). `stored`: what the cache
+    holds depends on it, so a reload that changes it starts the block's cache afresh."""
+
+    name: str
+    parse: Callable[[corefile.Statement], S]
+    step: str | None = None
+    stored: bool = False
+    coredns: bool = True  # CoreDNS has a plugin of this name (check --resolver coredns accepts it)
+
+
+class Once(Directive[S]):
+    """At most once per server block: `block[D]` is its spec, or None without it."""
+
+
+class Repeated(Directive[S]):
+    """Any number of times per server block: `block.every(D)` is their specs in file order."""
+
+
+RELOAD = Once("reload", operations.parse_reload)
+BIND = Once("bind", bind.parse)
+LIMITS = Once("limits", limits.parse, coredns=False)
+READY = Once("ready", operations.parse_ready)
+HEALTH = Once("health", operations.parse_health)
+PROMETHEUS = Once("prometheus", operations.parse_prometheus)
+ERRORS = Once("errors", logging.parse_errors)
+LOG = Once("log", logging.parse_log)
+LOADBALANCE = Once("loadbalance", loadbalance.parse, step=REPLY_STEP)
+CACHE = Once("cache", cache.parse, step=CACHE_STEP, stored=True)
+REWRITE = Repeated("rewrite", rewrite.parse, step=LOCAL_STEP, stored=True)
+MINIMAL = Once("minimal", minimal.parse, step=REPLY_STEP, stored=True)
+TEMPLATE = Repeated("template", template.parse, step=LOCAL_STEP)
+HOSTS = Once("hosts", hosts.parse, step=LOCAL_STEP)
+LOOP = Once("loop", operations.parse_loop, step=LOOP_STEP)
+PRIVATE_ADDRESSES = Once("private_addresses", private.parse, step=REPLY_STEP, stored=True, coredns=False)
+OPENVPN = Once("openvpn", openvpn.parse, step=TUNNEL_STEP, stored=True, coredns=False)
+WIREGUARD = Once("wireguard", wireguard.parse, step=TUNNEL_STEP, stored=True, coredns=False)
+# `forward`'s parser also takes whether to read resolv.conf files (config.build).
+FORWARD = Repeated("forward", forward.parse, step=FORWARD_STEP, stored=True)
+
+# The per-query order: CoreDNS's plugin.cfg among the directives we share, ours where they act.
+REGISTRY: tuple[Directive[object], ...] = (
+    RELOAD, BIND, LIMITS, READY, HEALTH, PROMETHEUS, ERRORS, LOG, LOADBALANCE, CACHE, REWRITE,
+    MINIMAL, TEMPLATE, HOSTS, LOOP, PRIVATE_ADDRESSES, OPENVPN, WIREGUARD, FORWARD,
 )
-# CoreDNS runs plugins in a compiled order (plugin.cfg), not in file order; so do we. This is
-# that order among our directives, ours placed where they act: the per-query steps of a block
-# (local.steps_of, zone.Zone.begin) are read from it.
-ORDER = ("reload", "bind", "limits", "ready", "health", "prometheus", "errors", "log", "loadbalance",
-         "cache", "rewrite", "template", "hosts", "loop", "private_addresses", "openvpn", "wireguard",
-         "forward")
-ONCE = ("bind", "cache", "errors", "log", "reload", "prometheus", "loop", "health", "ready", "openvpn",
-        "limits", "private_addresses", "hosts", "loadbalance", "wireguard")
-REPEATED = ("rewrite", "template")  # several in a block: all of them, in file order
-PARSERS: dict[str, Callable[[corefile.Statement], object]] = {
-    "bind": bind.parse, "cache": cache.parse, "errors": logging.parse_errors, "log": logging.parse_log,
-    "health": operations.parse_health, "ready": operations.parse_ready,
-    "prometheus": operations.parse_prometheus, "reload": operations.parse_reload,
-    "loop": operations.parse_loop, "openvpn": openvpn.parse, "limits": limits.parse,
-    "private_addresses": private.parse, "hosts": hosts.parse, "loadbalance": loadbalance.parse,
-    "wireguard": wireguard.parse,
-}
-TUNNELS = ("openvpn", "wireguard")  # directives that give a block its upstreams at run time
-REPEATED_PARSERS: dict[str, Callable[[corefile.Statement], object]] = {
-    "rewrite": rewrite.parse, "template": template.parse,
-}
+BY_NAME: dict[str, Directive[object]] = {d.name: d for d in REGISTRY}
+SUPPORTED = tuple(sorted(BY_NAME))
+ORDER = tuple(d.name for d in REGISTRY)
+
+# CoreDNS's plugins that splitdns does not implement (plugin.cfg of CoreDNS 1.14.7, and a few
+# of earlier releases still found in Corefiles), so that an error can tell "a CoreDNS plugin we
+# lack" from a typo, and `check --resolver coredns` knows what CoreDNS accepts.
+COREDNS_ONLY = (
+    "acl", "any", "auto", "autopath", "azure", "bufsize", "cancel", "chaos", "clouddns", "debug",
+    "dns64", "dnssec", "dnstap", "erratic", "etcd", "file", "geoip", "grpc", "header",
+    "k8s_external", "kubernetes", "local", "metadata", "multisocket", "nomad", "nsid", "on",
+    "pprof", "quic", "root", "route53", "secondary", "sign", "timeouts", "tls", "trace",
+    "transfer", "tsig", "view", "whoami",
+)
+COREDNS_PLUGINS = frozenset((*COREDNS_ONLY, *(d.name for d in REGISTRY if d.coredns)))
+
+
+def steps(step: str) -> tuple[Directive[object], ...]:
+    """The directives that take this step in the core, in the per-query order."""
+    return tuple(d for d in REGISTRY if d.step == step)

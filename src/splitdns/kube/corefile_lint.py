@@ -16,11 +16,6 @@ from splitdns.kube.corefile_model import Block
 from splitdns.kube.findings import Finding
 from splitdns.kube.sources import CLUSTER, POD, CorefileSource
 
-# CoreDNS's plugins (plugin.cfg of 1.12), so `--resolver coredns` knows what CoreDNS accepts.
-COREDNS_PLUGINS = frozenset((
-    *directives.COREDNS_ONLY, "bind", "bufsize", "cache", "errors", "forward", "health", "log", "loop",
-    "nomad", "on", "prometheus", "ready", "reload",
-))
 _WRITES_CONFIG_ERRORS = ("SD101", "SD109", "SD110", "SD112")
 
 IsTunnel = Callable[[str], str | None]  # upstream address -> why it is the tunnel, or None
@@ -121,13 +116,15 @@ Add = Callable[[int, str, str], None]
 def _directives(block: Block, resolver: str, src: CorefileSource, add: Add) -> None:
     for st in block.statements:
         name = st.name
-        if name not in COREDNS_PLUGINS and name not in directives.SUPPORTED:
+        coredns_has = name in directives.COREDNS_PLUGINS
+        if not coredns_has and name not in directives.SUPPORTED:
             # Neither resolver knows it: a typo, so no advice to switch resolvers.
-            guess = config.near_miss(name, tuple(sorted(COREDNS_PLUGINS | set(directives.SUPPORTED))))
+            known = directives.COREDNS_PLUGINS | set(directives.SUPPORTED)
+            guess = config.near_miss(name, tuple(sorted(known)))
             hint = f"; did you mean `{guess}`?" if guess else ""
             add(src.line(st.where), "SD112", f"`{name}` is not a directive splitdns or CoreDNS knows{hint}")
         elif resolver == "coredns":
-            if name not in COREDNS_PLUGINS:
+            if not coredns_has:
                 add(src.line(st.where), "SD110", f"`{name}` is splitdns's own directive; CoreDNS refuses "
                                                  "to start on it")
         elif name not in directives.SUPPORTED:

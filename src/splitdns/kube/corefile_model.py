@@ -10,12 +10,12 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from splitdns import config, corefile
+from splitdns import config, corefile, directives
 from splitdns.directives import bind, forward
 from splitdns.errors import ConfigError, Location
 
 # Directives that change what a block listens on or where it sends queries; the rest are only named.
-_TUNNELS = ("openvpn", "wireguard")
+_TUNNELS = tuple(d.name for d in directives.steps(directives.TUNNEL_STEP))
 
 
 @dataclass(frozen=True)
@@ -53,9 +53,9 @@ class Block:
 
     def to_config_block(self) -> config.Block:
         """The same block as the resolver's core sees it (routing and forwards only)."""
+        bound = {} if self.bind is None else {directives.BIND.name: self.bind}
         return config.Block(zones=self.zones, port=self.port, where=self.where,
-                            forwards=tuple(f.spec for f in self.forwards),
-                            bind=self.bind or bind.LOOPBACK, explicit_bind=self.bind is not None)
+                            forwards=tuple(f.spec for f in self.forwards), specs=config.Specs(bound))
 
 
 @dataclass

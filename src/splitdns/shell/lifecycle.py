@@ -29,7 +29,7 @@ from pathlib import Path
 import dns.rcode
 import dns.rdatatype
 
-from splitdns import config, corefile
+from splitdns import config, corefile, directives
 from splitdns.addresses import host_port
 from splitdns.codec import wire
 from splitdns.core import metrics
@@ -207,11 +207,11 @@ class Runtime:
 
     def _probe_zones(self) -> None:
         cfg = self.server.config
-        names = [n for b in cfg.blocks if b.ready for n in b.ready.probes]
+        names = [n for b in cfg.blocks if (r := b[directives.READY]) for n in r.probes]
         for zone in self.server.zones.values():
             if not zone.ready and cfg.ready is not None:
                 self._spawn(self._until_ready(zone, self._probe_names(zone, names)))
-            if zone.block.loop:
+            if zone.block.uses(directives.LOOP):
                 self.check_loops(zone)
 
     def _probe_names(self, zone: Zone, names: list[str]) -> list[tuple[str, int]]:
@@ -322,7 +322,7 @@ class Runtime:
 
     def _follow_tunnels(self) -> None:
         """One watcher per `openvpn` or `wireguard` spec; zones that share a spec share its state."""
-        specs = {s for z in self.server.zones.values() for s in [_tunnel_of(z)] if s is not None}
+        specs = {s for z in self.server.zones.values() if (s := _tunnel_of(z)) is not None}
         for spec in set(self._watchers) - specs:
             self._watchers.pop(spec)[1].cancel()
         for spec in specs:
@@ -353,7 +353,7 @@ class Runtime:
         looped = zone.loop.servers_pushed([str(u) for u in ups if config.is_ours(u.host, u.port, ours)])
         if looped is not None:
             logs.error(looped)
-        elif zone.block.loop:
+        elif zone.block.uses(directives.LOOP):
             self.check_loops(zone)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
@@ -361,5 +361,4 @@ class Runtime:
 
 
 def _tunnel_of(zone: Zone) -> TunnelSpec | None:
-    return zone.block.openvpn or zone.block.wireguard
-
+    return zone.block[directives.OPENVPN] or zone.block[directives.WIREGUARD]

@@ -16,6 +16,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 import dns.rcode
 import dns.rdatatype
 
+from splitdns import directives
 from splitdns.codec import queries, wire
 from splitdns.codec.entries import Entry
 from splitdns.config import Block, Config
@@ -158,7 +159,7 @@ class Resolution:
             listener.unrouted.answered(proto, listener.family, q.qtype, out, self.clock() - start)
             return
         zone.stats.answered(proto, listener.family, q.qtype, out, self.clock() - start)
-        if zone.block.log is not None:
+        if zone.block[directives.LOG] is not None:
             self.log_query(zone.block, q, addr, proto, size, out, start)
 
     def account_unrouted(self, listener: Listener, proto: str, data: bytes, out: bytes,
@@ -169,7 +170,7 @@ class Resolution:
 
     def log_query(self, block: Block, q: wire.Query, addr: datagrams.Peer, proto: str,
                   size: int, out: bytes, start: float) -> None:
-        spec = block.log
+        spec = block[directives.LOG]
         assert spec is not None
         if not spec.wants(q.name, out[3] & 0xF):
             return
@@ -186,10 +187,10 @@ class Resolution:
         for note in notes:
             if isinstance(note, LogLine):
                 getattr(logs, note.level)(note.text)
-            elif isinstance(note, QueryError) and block.errors is not None:
+            elif isinstance(note, QueryError) and (errors := block[directives.ERRORS]) is not None:
                 name = wire.wire_to_text(q.question[:-4])
                 logs.emit(logs.error_line(note.rcode, name, _type_text(q.qtype), note.reason,
-                                          block.errors.json))
+                                          errors.json))
 
     def spawn(self, coro: Coroutine[object, object, None]) -> None:
         spawn_into(self.tasks, coro)

@@ -16,6 +16,7 @@ import struct
 from collections import Counter
 from collections.abc import Callable, Iterable
 
+from splitdns import directives
 from splitdns.codec import entries, queries, wire
 from splitdns.codec.entries import Entry
 from splitdns.core import local
@@ -111,7 +112,7 @@ class UdpPath:
             turns = None
         batch.reply(i, out)
         hits.append((zone, q.qtype, out[3] & 0xF))
-        if zone.block.log is not None:
+        if zone.block[directives.LOG] is not None:
             self.resolution.log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
         elif held is None and zone.cache is not None and zone.cache.spec.prefetch_amount:
             forward = zone.prefetch(q, entry, now)  # every hit counts: no memo
