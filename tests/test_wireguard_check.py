@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from splitdns import cli
 from splitdns.kube import lint, sources, wireguard_conf
 
 GOOD = """[Interface]
@@ -120,3 +121,12 @@ def test_the_computed_allowed_ips(networks: list[str], excluded: list[str],
         assert not any(ipaddress.ip_address("10.96.0.10") in n for n in out)
     else:
         assert [str(n) for n in out] == expected
+
+
+def test_explain_says_where_a_wireguard_block_learns_its_upstreams(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "Corefile").write_text(COREFILE)
+    assert cli.main(["explain", "db.svc.acme.internal", "-conf", str(tmp_path / "Corefile")]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[-1] == ("  upstreams: the DNS servers of the wg-quick config's DNS = line, learned at "
+                         f"run time (wireguard, {tmp_path / 'Corefile'}:5)")
