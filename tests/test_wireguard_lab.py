@@ -10,9 +10,7 @@ printed (run with -s).
 
 from __future__ import annotations
 
-import json
 import statistics
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,12 +28,16 @@ from tests.test_verify_lab import verify_in_pod
 pytestmark = pytest.mark.netns
 
 
-@pytest.fixture(scope="module")
-def lab() -> Iterator[WireGuardLab]:
+def require_wireguard() -> None:
     require_lab()
     reason = missing_prerequisite()
     if reason is not None:
         skip_or_fail(reason)
+
+
+@pytest.fixture(scope="module")
+def lab() -> Iterator[WireGuardLab]:
+    require_wireguard()
     with lab_session(WireGuardLab()) as running:
         assert isinstance(running, WireGuardLab)
         yield running
@@ -143,12 +145,17 @@ def test_verify_separates_naming_from_routing_through_wireguard(lab: WireGuardLa
     assert code == 5, text
     assert "Names resolve, connections fail: this is routing" in text
     assert data["verdict"]["code"] == "routing"  # type: ignore[index]
-    lab.wg_quick("down")
+
+
+def test_verify_says_the_tunnel_is_down_after_wg_quick_down(tmp_path: Path) -> None:
+    """A lab of its own: in the shared one the db's name may still be cached (TTL 30), and a
+    cached answer is served while the tunnel is down, as it should be."""
+    require_wireguard()
+    lab = WireGuardLab().up()
     try:
+        lab.wg_quick("down")
         code, text, _ = verify_in_pod(lab, tmp_path / "tunnel")
     finally:
-        lab.wg_quick("up")
+        lab.down()
     assert code == 4, text
     assert "The tunnel is down" in text
-    wait_for(lambda: tunnel_answers(lab), what="the zone after wg-quick up", timeout=5)
-    print(json.dumps({"verify": "ok"}), file=sys.stderr)
