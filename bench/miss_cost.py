@@ -76,7 +76,7 @@ class Lap:
         assert zone is not None and zone.cache is not None
         if zone.cache.get(q.key, now) is not None:
             raise SystemExit("a name was asked twice: the figures would mix hits in")
-        decided = zone.begin(q, now, cache_checked=True)
+        decided = zone.walk(q, now)
         flight = zone.depart(q, decided, 1000)  # type: ignore[arg-type]
         exchange = Exchange(flight.asking, now, self.rng)  # type: ignore[union-attr]
         step = exchange.start()
@@ -113,7 +113,7 @@ def steps(sample: tuple[bytes, bytes]) -> list[tuple[str, float]]:
     now, zone, router = lap.now, lap.zone, lap.router
     q = wire.parse_query(data)
     assert q is not None and zone.cache is not None
-    decided = zone.begin(q, now, cache_checked=True)
+    decided = zone.walk(q, now)
     flight = zone.depart(q, decided, 1000)  # type: ignore[arg-type]
     exchange = Exchange(flight.asking, now, lap.rng)  # type: ignore[union-attr]
     step = exchange.start()
@@ -131,7 +131,7 @@ def steps(sample: tuple[bytes, bytes]) -> list[tuple[str, float]]:
         ("read the query (wire.parse_query)", lambda: wire.parse_query(data)),
         ("route", lambda: router.route(q.name)),
         ("cache lookup (a miss)", lambda: zone.cache.get(b"\x01x" + q.key, now)),  # type: ignore[union-attr]
-        ("begin", lambda: zone.begin(q, now, cache_checked=True)),
+        ("begin", lambda: zone.walk(q, now)),
         ("depart + land", departed),
         ("Exchange + start", lambda: Exchange(flight.asking, now, lap.rng).start()),  # type: ignore[union-attr]
         ("upstream query", lambda: wire.upstream_query(q, UPSTREAM_ID)),

@@ -13,7 +13,7 @@ import pytest
 from splitdns import config
 from splitdns.codec import wire
 from splitdns.codec.reply import Reply
-from splitdns.core import resolve
+from splitdns.core import liveness, resolve
 from tests.helpers import indexed, query, reply
 from tests.helpers import wire as to_wire
 
@@ -273,12 +273,12 @@ def test_silent_upstreams_are_what_a_live_readiness_check_probes() -> None:
     zone = zones(". {\n forward . 192.0.2.1 192.0.2.2\n}\n").route(b"\x00")
     assert zone is not None
     first, second = zone.forwards[0].upstreams
-    assert [u for _, u in zone.unheard(100.0, 3.0)] == [first, second]  # never heard from
+    assert [u for _, u in liveness.unheard(zone, 100.0, 3.0)] == [first, second]  # never heard from
     first.replied(98.0)
-    assert [u for _, u in zone.unheard(100.0, 3.0)] == [second]
+    assert [u for _, u in liveness.unheard(zone, 100.0, 3.0)] == [second]
     second.fails = 3  # marked down: its own probes already run
-    assert zone.unheard(100.0, 3.0) == []
-    assert [u for _, u in zone.unheard(101.5, 3.0)] == [first]
+    assert liveness.unheard(zone, 100.0, 3.0) == []
+    assert [u for _, u in liveness.unheard(zone, 101.5, 3.0)] == [first]
 
 
 @pytest.mark.parametrize(("after", "kept"), [

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from splitdns import config, directives
 from splitdns.codec import wire
 from splitdns.codec.reply import Reply
-from splitdns.core import resolve
+from splitdns.core import liveness, resolve
 from splitdns.core.cache import STALE_RECHECK
 from splitdns.core.decisions import Answer, Forward, HandOn, LogLine, QueryError, Settled
 from splitdns.core.exchange import Done, Exchange, Send
@@ -247,7 +247,7 @@ def test_a_loop_probe_that_comes_back_is_a_loop_until_a_probe_is_answered() -> N
     assert key not in t.loop_probes and zone.stats.loops_detected == 1
     looping = t.begin(parse("www.example.org."), 101.0)
     assert isinstance(looping, Answer) and "forwarding loop" in ede_text(looping.reply)
-    assert zone.healthy_now()[0] is False
+    assert liveness.live(zone)[0] is False
     # A later probe an upstream answers, that never came back: no loop any more.
     key = wire.name_to_wire(guard.probe_name("cccc", "dddd"))
     before = guard.probe_sent(key)
@@ -382,28 +382,38 @@ def test_the_steps_follow_directives_order(monkeypatch: pytest.MonkeyPatch) -> N
 
 
 def test_a_query_the_hot_path_missed_is_counted_once_and_not_looked_up_again() -> None:
-    """The UDP hot path looked the query up a moment ago: `begin` counts the miss and walks
-    on from the step after the cache, so routing and lookup happen once per miss."""
-    zone = resolve.Zone(config.loads(HOT, "Corefile", env={}).blocks[0])
+    """The UDP hot path runs the zone's `known` step; on a miss (counted there) the shell
+    walks on from the step after it, so routing and lookup happen once per miss."""
+    zone = resolve.Zone(config.loads(hot_corefile(""), "Corefile", env={}).blocks[0])
     assert zone.cache is not None
     q = parse("a.example.org.")
+    assert zone.known(q, 101.0) is None and isinstance(zone.walk(q, 101.0), Forward)
+    assert (zone.stats.cache_misses, zone.stats.cache_hits) == (1, 0)
     zone.cache.put(q.key, q.name, indexed(reply(query("a.example.org."), "a.example.org. 10 IN A 10.0.0.1")),
                    100.0)
-    assert isinstance(zone.begin(q, 101.0, cache_checked=True), Forward)  # not looked up
-    assert (zone.stats.cache_misses, zone.stats.cache_hits) == (1, 0)
     assert isinstance(zone.begin(q, 101.0), Answer)
     assert (zone.stats.cache_misses, zone.stats.cache_hits) == (1, 1)
     made = parse("made.example.org.")  # the steps after the cache still run
-    assert isinstance(zone.begin(made, 101.0, cache_checked=True), Answer)
+    assert zone.known(made, 101.0) is None and isinstance(zone.walk(made, 101.0), Answer)
+    known = zone.known(made, 101.0)  # and what the block made is known from then on
+    assert known is not None and known.held is not None
+
+
+def test_the_cache_is_the_first_step_so_known_may_run_before_the_walk() -> None:
+    walked = [d for d in directives.REGISTRY if d.step not in (None, directives.REPLY_STEP)]
+    assert walked[0] is directives.CACHE
 
 
 # -- the hot path makes the same decision --------------------------------------------------------
 
-class _Replies:
-    """Stands in for a read batch: what the hot path replies to each datagram."""
+class _Shell:
+    """Stands in for a read batch and the resolution: what the hot path sends, logs and
+    refreshes for each datagram."""
 
     def __init__(self) -> None:
         self.sent: dict[int, bytes] = {}
+        self.logged: list[bytes] = []
+        self.refreshed: list[bytes] = []
 
     def reply(self, i: int, out: bytes) -> None:
         self.sent[i] = out
@@ -411,62 +421,91 @@ class _Replies:
     def peer(self, i: int) -> tuple[str, int]:
         return ("127.0.0.1", 5300)
 
+    def log_query(self, block: object, q: wire.Query, *args: object) -> None:
+        self.logged.append(q.name)
 
-HOT = """. {
- cache 30
- hosts {
+    def refresh(self, zone: object, forward: Forward, q: wire.Query, router: object) -> None:
+        self.refreshed.append(q.name)
+
+
+def hot_corefile(extra: str) -> str:
+    return f""". {{
+ cache 30 {{
+  {"prefetch 1 1m 90%" if "prefetch" in extra else ""}
+ }}
+ {extra.replace("prefetch", "")}
+ hosts {{
   192.0.2.9 made.example.org
+  192.0.2.10 made.example.org
   fallthrough
- }
+ }}
  forward . 192.0.2.1
-}
+}}
 """
+
+
 HOT_NAMES = ("a.example.org.", "b.example.org.", "big.example.org.", "made.example.org.",
              "none.example.org.")
+# Every directive that can touch a hit, alone and together.
+HOT_EXTRAS = ("", "loadbalance", "log", "prefetch", "minimal", "loadbalance\n log\n prefetch\n minimal")
 
 
-@given(asks=st.lists(st.tuples(st.sampled_from(HOT_NAMES), st.floats(0, 12), st.booleans(),
+@given(extra=st.sampled_from(HOT_EXTRAS),
+       asks=st.lists(st.tuples(st.sampled_from(HOT_NAMES), st.floats(0, 12), st.booleans(),
                                st.integers(0, 0xFFFF)), min_size=1, max_size=25))
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=200, deadline=None)
 def test_the_udp_hot_path_answers_exactly_what_begin_answers(
-        asks: list[tuple[str, float, bool, int]]) -> None:
-    """`UdpPath._answer_hit` repeats `Zone.begin`'s cache and local steps without building a
-    decision: whenever it answers, begin answers the same bytes (truncated as UDP sends them),
-    and whenever begin answers from the cache or an answer the block made before, it answered
-    too."""
+        extra: str, asks: list[tuple[str, float, bool, int]]) -> None:
+    """Two zones of the same block get the same queries: one through the UDP hot path (and,
+    on a miss, the walk the shell goes on with), one through `Zone.begin`. Whenever the hot
+    path answers, begin answers the same bytes (truncated as UDP sends them), with the same
+    refresh behind it, logged where the block logs; whenever begin answers from the cache or
+    an answer the block made before, the hot path answered too; both count the same."""
     from splitdns.core.memo import Memo
     from splitdns.shell import udp, upstream
     from splitdns.shell.listener import Listener
     from splitdns.shell.resolution import Resolution
 
-    cfg = config.loads(HOT, "Corefile", env={})
-    zone = resolve.Zone(cfg.blocks[0])
-    router = resolve.Router([zone])
-    listener = Listener("127.0.0.1", 0, router, memo=Memo())
+    cfg = config.loads(hot_corefile(extra), "Corefile", env={})
+    hot_zone, begin_zone = resolve.Zone(cfg.blocks[0]), resolve.Zone(cfg.blocks[0])
+    listener = Listener("127.0.0.1", 0, resolve.Router([hot_zone]), memo=Memo())
     path = udp.UdpPath(lambda: 0.0, Resolution(lambda: cfg, lambda: 0.0, random.Random(1),
                                                upstream.Counters(), lambda: 0))
-    assert zone.cache is not None
-    for name, ttl in (("a.example.org.", 10), ("b.example.org.", 25), ("big.example.org.", 20)):
-        q = parse(name)
-        count = 40 if name.startswith("big") else 1
-        zone.cache.put(q.key, q.name, indexed(reply(query(name), *(f"{name} {ttl} IN A 10.0.0.{i}"
-                                                                   for i in range(count)))), 100.0)
+    shell = _Shell()
+    path.resolution = shell  # type: ignore[assignment]
+    for zone in (hot_zone, begin_zone):
+        assert zone.cache is not None
+        for name, ttl in (("a.example.org.", 10), ("b.example.org.", 25), ("big.example.org.", 20)):
+            q = parse(name)
+            count = 40 if name.startswith("big") else 2
+            answer = indexed(reply(query(name), *(f"{name} {ttl} IN A 10.0.0.{i}" for i in range(count)),
+                                   authority=("example.org. 60 IN NS ns.example.org.",)))
+            zone.cache.put(q.key, q.name, answer, 100.0)
     now = 100.0
+    hot_hits: list[object] = []
     for name, delay, small, qid in asks:
         now += delay
         data = to_wire(query(name, qid=qid, edns=-1 if small else 0))
         q = wire.parse_query(data)
         assert q is not None
-        batch = _Replies()
-        held = zone.local is not None and q.key in zone.local.answers  # the block made it before
-        hot = path._answer_hit(zone, q, data, listener, batch, 0, [], now)  # type: ignore[arg-type]
-        hits_before = zone.stats.cache_hits
-        decided = zone.begin(q, now)
+        held = begin_zone.local is not None and q.key in begin_zone.local.answers  # made before
+        logged, refreshed = len(shell.logged), len(shell.refreshed)
+        hot = path._answer_hit(hot_zone, q, data, listener, shell, 0, hot_hits, now)  # type: ignore[arg-type]
+        hits_before = begin_zone.stats.cache_hits
+        decided = begin_zone.begin(q, now)
         if hot:
             assert isinstance(decided, Answer)
             expected = decided.reply
             if len(expected) > q.max_udp:
                 expected = wire.truncated(q, int.from_bytes(expected[2:4], "big"))
-            assert batch.sent[0] == expected
+            assert shell.sent[0] == expected
+            assert len(shell.refreshed) - refreshed == (decided.refresh is not None)
+            assert len(shell.logged) - logged == ("log" in extra)
         else:
-            assert zone.stats.cache_hits == hits_before and not held  # nor did begin find one
+            assert begin_zone.stats.cache_hits == hits_before and not held  # nor did begin find one
+            walked = hot_zone.walk(q, now)  # what the shell does next with the miss
+            assert type(walked) is type(decided)
+            if isinstance(walked, Answer):
+                assert isinstance(decided, Answer) and walked.reply == decided.reply
+        assert len(hot_hits) == begin_zone.stats.cache_hits
+        assert hot_zone.stats.cache_misses == begin_zone.stats.cache_misses

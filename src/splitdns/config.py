@@ -171,7 +171,7 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
         # The tunnel zone's default: fail fast, since a dead tunnel should not cost a timeout.
         forwards.append(forward.ForwardSpec(origin=".", upstreams=(), tunnel=True, max_fails=1,
                                             failfast_all_unhealthy=True, policy="sequential",
-                                            line=str(seen[tunnel.name].where)))
+                                            where=seen[tunnel.name].where))
     for spec, st in zip(forwards, forward_statements, strict=False):
         if spec.tunnel and tunnel is None:
             names = [d.name for d in directives.steps(directives.TUNNEL_STEP)]

@@ -6,9 +6,9 @@ refusal; `Zone.settle` a `HandOn` (`next`: ask the next forward) or the `Settled
 `Zone.finish` each client's `Answer`. Logging is the shell's: decisions carry `Note`s.
 
 The decisions made per miss are slotted dataclasses, not frozen ones: a frozen dataclass sets
-each field through `object.__setattr__` (0.6-0.7 us to build one against 0.15 us), and a
-miss builds half a dozen. They are still treated as values: nobody changes one once made,
-but a `Flight`'s `asking` (which `settle` moves on at `next`).
+each field through `object.__setattr__`, four times the cost of a slotted one (bench/README.md,
+"Figures behind the code"), and a miss builds half a dozen. They are still treated as values:
+nobody changes one once made, but a `Flight`'s `asking` (which `settle` moves on at `next`).
 """
 
 from __future__ import annotations
@@ -66,6 +66,23 @@ class Answer:
     reply: bytes
     refresh: Forward | None = None
     notes: tuple[Note, ...] = ()
+
+
+@dataclass(slots=True)
+class Known:
+    """An answer the zone knows at once: a fresh cache entry, or an answer the block made
+    before and keeps (`held` is then the table it is kept in). `reply` is what to send, with
+    `loadbalance`'s rotation applied (`turns`: every rotation, for the memo to hand out in
+    turn); `refresh`, a prefetch to run behind it; `replayable`, whether the memo may send it
+    again without asking the zone (no directive of the block must see each query)."""
+
+    reply: bytes
+    entry: Entry
+    ttl: int | None
+    held: dict[bytes, Entry] | None
+    turns: tuple[bytes, ...] | None
+    refresh: Forward | None
+    replayable: bool
 
 
 @dataclass(eq=False, slots=True)

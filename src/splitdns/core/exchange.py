@@ -4,7 +4,7 @@
 the outcome (`Done`), as CoreDNS's forward does; the shell performs each attempt and reports
 back `answered` or `failed`. `ForwardState` and `UpstreamState` keep what outlives one
 query: the order (policy), the failures in a row (max_fails), the counters for metrics.
-Pure: no sockets, no clock; `now` and `rng` come in as arguments.
+Sans-io: no sockets, no clock; `now` and `rng` come in as arguments.
 """
 
 from __future__ import annotations

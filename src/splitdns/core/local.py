@@ -10,7 +10,7 @@ lookup, as a cache hit is), a rewritten query for the upstream (`Rewritten`, who
 The answers made here depend only on the question and the configuration (and the hosts
 file, whose reload empties them), so they are kept in `answers`, bounded, and answered
 from wire bytes like a cache hit (shell/udp.py, memo.py). Records are built with dnspython
-once per question. Pure: no sockets, no clock; the shell reads the hosts file.
+once per question. Sans-io: no sockets, no clock; the shell reads the hosts file.
 """
 
 from __future__ import annotations

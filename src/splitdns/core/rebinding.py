@@ -3,7 +3,7 @@
 Checked on every reply the block's upstreams send, so the check reads the cached form in
 place (the TTL offsets locate every record: type before, rdata after) and decides with
 integer masks; only a reply that holds such an address is rewritten (`reply.rewrite_with_dnspython`), as
-`resolve.scrub` does. Pure: no sockets, no clock.
+`decisions.scrub` does. Pure: no sockets, no clock.
 """
 
 from __future__ import annotations

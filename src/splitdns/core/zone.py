@@ -5,7 +5,8 @@ orders its plugins): `cache`, then `rewrite`, `template` and `hosts` (local.py),
 `openvpn` (the tunnel's state), `forward`. `loadbalance` wraps every answer, `private_addresses`
 and `minimal` act on the upstream's reply in `settle`, `errors` and `log` are lines the shell
 writes.
-Pure: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s).
+Sans-io: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s); it
+keeps the zone's state (cache, flights, counts, health), which only its methods change.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from splitdns.core.decisions import (
     Flight,
     Forward,
     HandOn,
+    Known,
     LogLine,
     Note,
     QueryError,
@@ -33,7 +35,7 @@ from splitdns.core.decisions import (
     scrub,
     unrewrite,
 )
-from splitdns.core.exchange import EDE_NO_REACHABLE_AUTHORITY, Done, ForwardState, UpstreamState
+from splitdns.core.exchange import EDE_NO_REACHABLE_AUTHORITY, Done, ForwardState
 from splitdns.core.local import Local, Rewritten, steps_of
 from splitdns.core.loop import LoopGuard, LoopProbes
 from splitdns.core.metrics import ZoneStats
@@ -81,14 +83,25 @@ class Zone:
         self.loop = LoopGuard(self.name, self.stats, self.upstream_list, loop_probes)
         tunnel = any(block.uses(d) for d in directives.steps(directives.TUNNEL_STEP))
         self.tunnel: TunnelState | None = TunnelState() if tunnel else None
+        vpn = block[directives.OPENVPN] or block[directives.WIREGUARD]
+        self.learns_domains = vpn is not None and vpn.domains  # routes the domains pushed to it
+        self.loops_probed = block.uses(directives.LOOP)
         spec = block[directives.PRIVATE_ADDRESSES]
         self.private = PrivateFilter(spec) if spec is not None else None
         self.local = Local(block) if steps_of(block) else None  # rewrite, template, hosts
         self.turn: int | None = 0 if block.uses(directives.LOADBALANCE) else None  # rotations so far
         self.minimal = block.uses(directives.MINIMAL)
         self.steps = steps_for(self)
-        # What `begin` walks when the hot path has just found no fresh entry (`cache_checked`).
-        self.steps_past_cache = tuple(s for s in self.steps if s != Zone._cache_step)
+        self.prefetching = bool(cache is not None and cache.spec.prefetch_amount)
+        # The one place that says when the memo may send an answer again without asking the
+        # zone: never where `log` must see every query; a cached answer not where `prefetch`
+        # must count every ask (the block's own answers are never prefetched).
+        self.replay_local = not block.uses(directives.LOG)
+        self.replay_cached = self.replay_local and not self.prefetching
+        # Which lines the block writes: a line per query (`log`), a line per failed query
+        # (`errors`); the shell writes them, the zone says whether.
+        self.log = block[directives.LOG]
+        self.errors = block[directives.ERRORS]
 
     @property
     def name(self) -> str:
@@ -104,32 +117,58 @@ class Zone:
 
     # -- a query: begin, depart, settle, land, finish --------------------------------------------
 
-    def begin(self, q: wire.Query, now: float, cache_checked: bool = False) -> Answer | Forward:
-        """The answer now, or the upstream exchange to make: the block's steps in order.
-        `cache_checked`: the caller has just looked the query up in the cache and found no
-        fresh entry (the UDP hot path), so the cache step only counts the miss."""
+    def begin(self, q: wire.Query, now: float) -> Answer | Forward:
+        """The answer now, or the upstream exchange to make: what the zone knows at once
+        (`known`), else the rest of the block's steps in order (`walk`)."""
+        known = self.known(q, now)
+        if known is not None:
+            self.stats.cache_hits += 1
+            return Answer(known.reply, known.refresh)
+        return self.walk(q, now)
+
+    def known(self, q: wire.Query, now: float) -> Known | None:
+        """The step the UDP hot path runs for every datagram, and `begin` first: a fresh cache
+        entry, or an answer the block made before and keeps (`rewrite`, `template` and `hosts`
+        come right after the cache in the registry's order, and would give it again). None is
+        a miss, counted here, since every miss passes here once; hits are counted by whoever
+        sends them (the hot path a batch at a time)."""
+        cache = self.cache
+        entry = cache.get(q.key, now) if cache is not None else None
+        held = None
+        if entry is not None:
+            ttl: int | None = entries.remaining(entry, now)
+            out = entries.render(entry, ttl, q)
+        else:
+            if cache is not None:
+                self.stats.cache_misses += 1
+            if self.local is None:
+                return None
+            held = self.local.answers
+            entry = held.get(q.key)
+            if entry is None:
+                return None
+            ttl = None
+            out = local.render(entry, q, cache)
+        turns = None
+        if self.turn is not None:  # loadbalance: every rotation once, then each in turn
+            turns = loadbalance.rotations(out)
+            out = turns[self.next_turn(len(turns))]
+        refresh = None
+        if held is None and self.prefetching:
+            refresh = self.prefetch(q, entry, now)
+        return Known(out, entry, ttl, held, turns, refresh,
+                     self.replay_local if held is not None else self.replay_cached)
+
+    def walk(self, q: wire.Query, now: float) -> Answer | Forward:
+        """The block's steps after what `known` answers, in the registry's order."""
         walk = _Walk()
-        steps = self.steps
-        if cache_checked and self.cache is not None:
-            self.stats.cache_misses += 1
-            steps = self.steps_past_cache
-        for step in steps:
+        for step in self.steps:
             decided = step(self, q, now, walk)
             if decided is not None:
                 if self.turn is not None and isinstance(decided, Answer):
                     return Answer(self.balanced(decided.reply), decided.refresh, decided.notes)
                 return decided
         raise AssertionError("the forward step decides every query")  # steps_for ends with it
-
-    def _cache_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
-        assert self.cache is not None
-        entry = self.cache.get(q.key, now)
-        if entry is None:
-            self.stats.cache_misses += 1
-            return None
-        self.stats.cache_hits += 1
-        refresh = self.prefetch(q, entry, now) if self.cache.spec.prefetch_amount else None
-        return Answer(entries.render(entry, entries.remaining(entry, now), q), refresh)
 
     def _local_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
         assert self.local is not None
@@ -285,26 +324,6 @@ class Zone:
         self.turn += 1
         return (self.turn - 1) % count
 
-    def healthy_now(self) -> tuple[bool, str]:
-        """The zone's live state, for /ready?zone=: a loop, or every upstream marked down."""
-        if self.loop.error:
-            return False, self.loop.error
-        if self.tunnel is not None and not self.tunnel.up:
-            return False, self.tunnel.describe()
-        if not self.ready:
-            return False, self.not_ready_reason
-        for fwd in self.forwards:
-            if fwd.upstreams and all(u.down(fwd.spec.max_fails) for u in fwd.upstreams):
-                return False, f"every upstream of forward {fwd.spec.origin} is down"
-        return True, "ok"
-
-    def unheard(self, now: float, max_age: float) -> list[tuple[ForwardState, UpstreamState]]:
-        """Upstreams in service that have not replied for `max_age` seconds: what a live
-        readiness check must probe before it can say the zone is up."""
-        return [(fwd, u) for fwd in self.forwards for u in fwd.upstreams
-                if fwd.spec.max_fails > 0 and not u.down(fwd.spec.max_fails)
-                and now - u.last_reply > max_age]
-
     def forward_for(self, name: bytes) -> ForwardState | None:
         for fwd in self.forwards:
             if fwd.covers(name):
@@ -365,11 +384,12 @@ class Zone:
         return wire.render(done.reply.stored, done.reply.offsets, None, q, cap)
 
 
-# What each step the registry names does in `begin` (`directives.REPLY_STEP` is not one:
-# it shapes answers, in `settle`, local.py and `balanced`). `rewrite`, `template` and `hosts`
-# are one step, where the block's first of them stands (local.py runs them, in the same order).
+# What each step the registry names does in `walk`. `directives.CACHE_STEP` is `known`, which
+# runs before the walk (it must be the first step: a test holds the registry to it), and
+# `directives.REPLY_STEP` shapes answers (`settle`, local.py, `balanced`). `rewrite`,
+# `template` and `hosts` are one step, where the block's first of them stands (local.py runs
+# them, in the same order).
 _STEPS: dict[str, Step] = {
-    directives.CACHE_STEP: Zone._cache_step,
     directives.LOCAL_STEP: Zone._local_step,
     directives.LOOP_STEP: Zone._loop_step,
     directives.TUNNEL_STEP: Zone._tunnel_step,

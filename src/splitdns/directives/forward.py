@@ -105,14 +105,12 @@ class ForwardSpec:
     read_timeout: float = 2.0
     overall_timeout: float = 5.0
     force_tcp: bool = False
-    prefer_udp: bool = False
     max_concurrent: int = 0
     max_connect_attempts: int | None = None  # None: twice the number of upstreams
     failover: frozenset[int] = frozenset()
     next_rcodes: frozenset[int] = frozenset()  # `next`: hand these replies to the next forward
     failfast_all_unhealthy: bool = True  # CoreDNS: False (see the module docstring)
     expire: float = 10.0
-    line: str = ""                    # file:line, for messages
     where: Location | None = field(default=None, compare=False)  # the `forward` line
 
 
@@ -140,7 +138,7 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
     if tunnel and (upstreams or files):
         raise ConfigError(st.where, "forward: `openvpn` or `wireguard` cannot be mixed with fixed "
                                     "upstreams")
-    options: dict[str, object] = {"line": str(st.where), "where": st.where, "files": tuple(files),
+    options: dict[str, object] = {"where": st.where, "files": tuple(files),
                                   "tunnel": tunnel}
     tls: dict[str, str] = {}
     for opt in st.body or ():
@@ -194,13 +192,10 @@ def tls_context(settings: TlsSettings) -> ssl.SSLContext:
 
 def _option(opt: Statement, out: dict[str, object]) -> None:
     name, args = opt.name, opt.args
-    flag_options = {
-        "force_tcp": "force_tcp",
-        "prefer_udp": "prefer_udp",
-    }
-    if name in flag_options:
+    if name in ("force_tcp", "prefer_udp"):
         _args.arity(opt, 0, 0, name)
-        out[flag_options[name]] = True
+        if name == "force_tcp":
+            out["force_tcp"] = True  # prefer_udp is what every attempt does anyway (README)
     elif name == "failfast_all_unhealthy_upstreams":
         _args.arity(opt, 0, 1, "failfast_all_unhealthy_upstreams [off]")
         if args and args[0] not in ("on", "off"):

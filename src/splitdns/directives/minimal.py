@@ -13,7 +13,7 @@ addresses to every answer makes each reply several times larger than the answer 
 
 The block's answers are minimised where they are made (an upstream's reply before the cache
 stores it, a `template` or `hosts` answer before it is kept), so a cache hit costs nothing
-more. Pure: no sockets, no clock.
+more. No sockets, no clock.
 """
 
 from __future__ import annotations

@@ -56,10 +56,10 @@ def _libc_calls() -> tuple[Callable[..., int], Callable[..., int]] | None:
         receive, send = libc.recvmmsg, libc.sendmmsg
     except (OSError, AttributeError):
         return None
-    # No argtypes: converting the arguments through them took 0.45 of the 1.2 us an empty
-    # recvmmsg cost (more at a pod's rates, when caches are cold). The pointers are passed as
-    # c_void_p built once; the other arguments are small ints, which ctypes passes as C ints
-    # (neither call is variadic).
+    # No argtypes: converting the arguments through them cost a third of an empty recvmmsg
+    # (bench/README.md, "Figures behind the code"). The pointers are passed as c_void_p built
+    # once; the other arguments are small ints, which ctypes passes as C ints (neither call is
+    # variadic).
     receive.restype = send.restype = ctypes.c_int
     return receive, send
 

@@ -1,15 +1,9 @@
 """A server's life in a pod: endpoints, readiness and loop probes, reload, graceful stop.
 
-Readiness, the rule: `/ready` answers 200 once every zone has answered a real query
-through its upstreams (a probe name per zone: `ready { probe NAME... }`, else the zone's
-apex NS), and stays 200 after that even if a zone's upstreams fail later. Taking the pod
-out of its Services would not bring a tunnel back, and it would cut the cluster names too;
-the tunnel zone already answers at once (SERVFAIL with a reason, or stale) while it is
-down. `/ready` goes 503 again only for what the pod itself must fix or is doing: a
-forwarding loop detected, or shutting down. `/ready?zone=Z` is live: 503 while Z has not
-answered yet, while all its upstreams are marked down, or while it loops, so a startup
-probe can hold the app until the tunnel zone answers. Live also without traffic: the check
-probes Z's upstreams that have been silent for READY_HEARD_WITHIN.
+What is decided here is only when and how: the readiness rule, what proves a zone ready and
+what a zone does when its tunnel changes are the core's (core/liveness.py). `/ready?zone=Z`
+is live also without traffic: the check probes Z's upstreams that have been silent for
+READY_HEARD_WITHIN.
 """
 
 from __future__ import annotations
@@ -32,11 +26,10 @@ import dns.rdatatype
 from splitdns import config, corefile, directives
 from splitdns.addresses import host_port
 from splitdns.codec import wire
-from splitdns.core import metrics
+from splitdns.core import liveness, metrics
 from splitdns.core.routing import Router
 from splitdns.core.tunnel import TunnelState
 from splitdns.core.zone import Zone
-from splitdns.directives.forward import Upstream
 from splitdns.directives.openvpn import OpenVPNSpec
 from splitdns.directives.wireguard import WireGuardSpec
 from splitdns.errors import ConfigError
@@ -183,22 +176,18 @@ class Runtime:
 
     def _ready(self, query: dict[str, list[str]]) -> http.Response:
         zones = list(self.server.zones.values())
+        wanted = None
         if "zone" in query:
             wanted = {z.rstrip(".").lower() + "." for z in query["zone"]}
             chosen = [z for z in zones if set(z.block.zones) & wanted]
             if not chosen:
                 known = ", ".join(z.name for z in zones)
                 return 404, "text/plain", f"no such zone; zones: {known}\n".encode()
-            problems = [f"{z.name}: {why}" for z in chosen for ok, why in [z.healthy_now()] if not ok]
             now = self.server.clock()
             for zone in chosen:
-                for fwd, state in zone.unheard(now, READY_HEARD_WITHIN):
+                for fwd, state in liveness.unheard(zone, now, READY_HEARD_WITHIN):
                     self.server.health_checks.check(fwd, state)
-        else:
-            problems = [f"{z.name}: {z.loop_error or z.not_ready_reason}" for z in zones
-                        if z.loop_error or not z.ready]
-        if self.stopping:
-            problems.insert(0, "shutting down")
+        problems = liveness.problems(zones, wanted, self.stopping)
         if problems:
             return 503, "text/plain", ("not ready\n" + "\n".join(problems) + "\n").encode()
         return 200, "text/plain", b"OK"
@@ -208,45 +197,21 @@ class Runtime:
     def _probe_zones(self) -> None:
         cfg = self.server.config
         names = [n for b in cfg.blocks if (r := b[directives.READY]) for n in r.probes]
+        router = Router(self.server.zones.values())
         for zone in self.server.zones.values():
             if not zone.ready and cfg.ready is not None:
-                self._spawn(self._until_ready(zone, self._probe_names(zone, names)))
-            if zone.block.uses(directives.LOOP):
+                self._spawn(self._until_ready(zone, liveness.probes(zone, names, router.route)))
+            if zone.loops_probed:
                 self.check_loops(zone)
 
-    def _probe_names(self, zone: Zone, names: list[str]) -> list[tuple[str, int]]:
-        router = Router(self.server.zones.values())
-        mine = [(n, int(dns.rdatatype.A)) for n in names if router.route(wire.name_to_wire(n)) is zone]
-        return mine or [(zone.name, int(dns.rdatatype.NS))]
-
-    @staticmethod
-    def _answered(name: str, zone: Zone, rcode: int | None) -> bool:
-        """A probe's answer proves the zone works: NOERROR or NXDOMAIN for a name the user chose.
-        Without one we ask the zone's apex only to see the upstream answer at all, so a refusal
-        counts too: a cluster DNS may refuse `. NS` and still resolve every name (a pod whose
-        catch-all never became ready would never start)."""
-        if rcode in (dns.rcode.NOERROR, dns.rcode.NXDOMAIN):
-            return True
-        return name == zone.name and rcode == dns.rcode.REFUSED
-
-    async def _until_ready(self, zone: Zone, names: list[tuple[str, int]]) -> None:
-        ups = ", ".join(str(u.upstream) for f in zone.forwards for u in f.upstreams) or "no upstream"
-        zone.not_ready_reason = (f"waiting for {', '.join(n for n, _ in names)} to be answered "
-                                 f"through {ups}")
+    async def _until_ready(self, zone: Zone, probes: tuple[liveness.Probe, ...]) -> None:
+        liveness.waiting(zone, probes)
         while not zone.ready:
-            reasons = []
-            for name, qtype in names:
-                done = await self.server.ask_upstreams(zone, name, qtype)
-                rcode = done.reply.rcode() if done.reply is not None else None
-                if not self._answered(name, zone, rcode):
-                    code = dns.rcode.Rcode.make(rcode if rcode is not None else done.rcode)
-                    why = done.error or f"{name} answered {dns.rcode.to_text(code)}"
-                    reasons.append(f"probe {name}: {why}")
-            if not reasons:
-                zone.ready = True
-                logs.info(f"zone {zone.name} is ready: its upstreams answered")
+            answers = [(p, await self.server.ask_upstreams(zone, p.name, p.qtype)) for p in probes]
+            ready = liveness.probed(zone, answers)
+            if ready is not None:
+                logs.info(ready)
                 return
-            zone.not_ready_reason = "; ".join(reasons)
             await asyncio.sleep(PROBE_INTERVAL)
 
     def check_loops(self, zone: Zone) -> None:
@@ -334,27 +299,19 @@ class Runtime:
             self._tunnel_changed(spec, self._watchers[spec][0].state)
 
     def _tunnel_changed(self, spec: TunnelSpec, state: TunnelState) -> None:
+        ours = set(self.server.config.listeners())
         origin = "pushed by the VPN server" if isinstance(spec, OpenVPNSpec) else \
-            f"the DNS of WireGuard interface {spec.interface}"
+            f"the DNS = line of WireGuard interface {spec.interface}"
         for zone in self.server.zones.values():
             if _tunnel_of(zone) != spec:
                 continue
-            zone.tunnel = state
-            if spec.domains and state.pushed.domains:
-                self.server.learn_zones(zone, state.pushed.domains)
-            ups = [Upstream(host, port, origin) for host, port in state.pushed.servers]
-            changed = any(f.set_upstreams(ups) for f in zone.forwards if f.spec.tunnel)
-            if changed and ups:
-                self._guard_pushed(zone, ups)
-
-    def _guard_pushed(self, zone: Zone, ups: list[Upstream]) -> None:
-        """A pushed server that is this very server is a loop; say so at once, then probe."""
-        ours = set(self.server.config.listeners())
-        looped = zone.loop.servers_pushed([str(u) for u in ups if config.is_ours(u.host, u.port, ours)])
-        if looped is not None:
-            logs.error(looped)
-        elif zone.block.uses(directives.LOOP):
-            self.check_loops(zone)
+            change = liveness.follow_tunnel(zone, state, ours, origin)
+            if change.learn is not None:
+                self.server.learn_zones(zone, change.learn)
+            if change.loop_error is not None:
+                logs.error(change.loop_error)
+            if change.probe_loops:
+                self.check_loops(zone)
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         spawn_into(self._tasks, coro)

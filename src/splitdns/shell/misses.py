@@ -89,13 +89,13 @@ class Misses:
              now: float, routed: Zone | None = None) -> bool:
         """Carry out what the zone decides for this UDP query; False leaves it to the
         coroutine path (no zone, or no epoll here). `routed`: the zone the hot path routed
-        `q` to and found no fresh entry for in its cache (not looked up again)."""
+        `q` to, whose `known` step found nothing (the walk goes on from there)."""
         zone = routed or listener.router.route(q.name)
         if zone is None or not _EPOLL:
             return False
         res = self.resolution
         try:
-            decided = zone.begin(q, now, cache_checked=routed is not None)
+            decided = zone.begin(q, now) if routed is None else zone.walk(q, now)
             if isinstance(decided, Answer):
                 res.carry_out(zone, q, decided, listener.router)
                 reply(zone, q, listener, peer, size, now, decided.reply, res)

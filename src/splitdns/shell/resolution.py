@@ -159,7 +159,7 @@ class Resolution:
             listener.unrouted.answered(proto, listener.family, q.qtype, out, self.clock() - start)
             return
         zone.stats.answered(proto, listener.family, q.qtype, out, self.clock() - start)
-        if zone.block[directives.LOG] is not None:
+        if zone.log is not None:
             self.log_query(zone.block, q, addr, proto, size, out, start)
 
     def account_unrouted(self, listener: Listener, proto: str, data: bytes, out: bytes,

@@ -17,7 +17,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from splitdns.codec import wire
 from splitdns.config import Block, Config
 from splitdns.core import metrics
 from splitdns.core.cache import Cache
@@ -75,16 +74,9 @@ class Server:
     def tcp_connections(self) -> int:
         return self.connections.held
 
-    async def answer(self, q: wire.Query, listener: Listener) -> tuple[bytes, Zone | None]:
-        """The reply for a query, from cache or upstream (the full path, any transport)."""
-        return await self.resolution.answer(q, listener)
-
     async def ask_upstreams(self, zone: Zone, name: str, qtype: int) -> Done:
         """Ask a name through the zone's upstreams, bypassing the cache (readiness, loops)."""
         return await self.resolution.ask_upstreams(zone, name, qtype)
-
-    def upstream_budget(self) -> float:
-        return upstream_budget(self.config)
 
     def _zone(self, block: Block, cache: Cache | None = None) -> Zone:
         return Zone(block, cache, self.config.limits.cache_memory, self.loop_probes)

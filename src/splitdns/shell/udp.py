@@ -16,13 +16,9 @@ import struct
 from collections import Counter
 from collections.abc import Callable, Iterable
 
-from splitdns import directives
-from splitdns.codec import entries, queries, wire
-from splitdns.codec.entries import Entry
-from splitdns.core import local
+from splitdns.codec import queries, wire
 from splitdns.core.memo import Remembered
 from splitdns.core.zone import Zone
-from splitdns.directives import loadbalance
 from splitdns.shell import datagrams, logs
 from splitdns.shell.listener import Listener, Tally
 from splitdns.shell.misses import Misses
@@ -89,37 +85,25 @@ class UdpPath:
     def _answer_hit(self, zone: Zone, q: wire.Query, data: bytes, listener: Listener,
                     batch: datagrams.Batch | datagrams.OneByOne, i: int,
                     hits: list[Tally], now: float) -> bool:
-        """The hot path: a fresh cache entry answered from wire bytes. False on a miss.
-        The reply is remembered (memo.py) unless the zone logs every query. The same
-        decisions as `Zone.begin`'s cache and local steps, without building a decision."""
-        entry = zone.cache.get(q.key, now) if zone.cache is not None else None
-        ttl: int | None = None
-        held: dict[bytes, Entry] | None = None
-        if entry is not None:
-            ttl = entries.remaining(entry, now)
-        elif zone.local is not None and q.key in zone.local.answers:  # made by the block itself
-            held = zone.local.answers
-            entry = held[q.key]
-        else:
+        """The hot path: what the zone knows at once (`Zone.known`: a fresh cache entry, or
+        an answer the block made before), sent from wire bytes. False on a miss. The reply is
+        remembered (memo.py) when the zone says the memo may send it again."""
+        known = zone.known(q, now)
+        if known is None:
             return False
-        out = entries.render(entry, ttl, q) if held is None else local.render(entry, q, zone.cache)
-        turns = None
-        if zone.turn is not None:  # loadbalance: every rotation once, then each in turn
-            turns = loadbalance.rotations(out)
-            out = turns[zone.next_turn(len(turns))]
+        out, turns = known.reply, known.turns
         if len(out) > q.max_udp:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
             turns = None
         batch.reply(i, out)
         hits.append((zone, q.qtype, out[3] & 0xF))
-        if zone.block[directives.LOG] is not None:
+        if zone.log is not None:
             self.resolution.log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
-        elif held is None and zone.cache is not None and zone.cache.spec.prefetch_amount:
-            forward = zone.prefetch(q, entry, now)  # every hit counts: no memo
-            if forward is not None:
-                self.resolution.refresh(zone, forward, q, listener.router)
-        else:
-            listener.memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now, held, turns)
+        if known.refresh is not None:
+            self.resolution.refresh(zone, known.refresh, q, listener.router)
+        if known.replayable:
+            listener.memo.remember(data, zone, q.key, known.entry, known.ttl, q.qtype, out, now,
+                                   known.held, turns)
         return True
 
     def _count_hits(self, repeats: list[Remembered[Zone]], rendered: list[Tally],
