@@ -13,7 +13,7 @@ import yaml
 
 from splitdns import cli, config, directives
 from splitdns.commands import render
-from splitdns.kube import inject, webhook_manifests, wireguard_pod
+from splitdns.kube import inject, lint, webhook_manifests, wireguard_pod
 from splitdns.kube.plan import PlanError
 
 VERSIONS = [f"1.{minor}" for minor in range(29, 38)]
@@ -167,3 +167,15 @@ def test_the_webhooks_arguments_carry_the_wireguard_settings() -> None:
     assert again.wireguard and again.vpn_image == "registry.example/wg:1"
     routes = [(r.zone, r.upstreams, r.vpn) for r in settings.plan.routes]
     assert [(r.zone, r.upstreams, r.vpn) for r in again.plan.routes] == routes
+
+
+def test_the_rendered_pod_and_a_good_config_check_clean(tmp_path: Path) -> None:
+    """The shim's init container runs our image but is no resolver: check must not want probes on it."""
+    (tmp_path / "splitdns.yaml").write_text(_rendered_text(()))
+    good = tmp_path / "wg0.conf"
+    good.write_text("[Interface]\nPrivateKey = yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=\n"
+                    "DNS = 192.168.240.1\n\n[Peer]\n"
+                    "PublicKey = xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=\n"
+                    "AllowedIPs = 192.168.240.0/24\nEndpoint = 203.0.113.9:51820\nPersistentKeepalive = 25\n")
+    found = lint.check([str(good), str(tmp_path / "splitdns.yaml")], lint.Options(kube_version=(1, 33)))
+    assert [f.text(False) for f in found] == []

@@ -45,6 +45,8 @@ def dns_containers(spec: dict[str, Any]) -> Iterator[DNSContainer]:
                 continue
             image = str(c.get("image", ""))
             argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
+            if argv[:1] == ["splitdns"] and argv[1:2] != ["serve"]:
+                continue  # our image running another command (the WireGuard shim's init container)
             if "splitdns" in image or "coredns" in image or "-conf" in argv or "--conf" in argv:
                 yield DNSContainer(c, key, i)
 
