@@ -101,7 +101,8 @@ test-e2e: deps-debian deps-image venv
 
 # The hostile-input catalogue (tests/test_hostile_*.py: spoofing, upstream faults, hostile clients,
 # cache and load, lifecycle): the core set, the slow rest
-# (@pytest.mark.hostile), then a 10-minute soak with faults on a schedule; figures in results/hostile.md.
+# (@pytest.mark.hostile; also a WireGuard peer dying past its 180 s), then a 10-minute soak
+# with faults on a schedule; figures in results/hostile.md.
 test-hostile: deps-debian venv
 	@mkdir -p results && rm -f results/hostile-figures.txt
 	@status=0; \
@@ -109,6 +110,7 @@ test-hostile: deps-debian venv
 		tests/test_hostile_spoofing.py tests/test_hostile_upstream.py tests/test_hostile_clients.py \
 		tests/test_hostile_cache_load.py tests/test_properties.py tests/test_server_inprocess.py \
 		tests/test_lifecycle_inprocess.py || status=$$?; \
+	$(BIN)/python -m pytest -q -s -m hostile tests/test_wireguard_lab.py || status=$$?; \
 	$(BIN)/python -m tests.hostile_soak --minutes 10 --figures results/hostile-figures.txt \
 		--out results/hostile.md || status=$$?; \
 	exit $$status

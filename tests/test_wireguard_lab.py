@@ -159,3 +159,28 @@ def test_verify_says_the_tunnel_is_down_after_wg_quick_down(tmp_path: Path) -> N
         lab.down()
     assert code == 4, text
     assert "The tunnel is down" in text
+
+
+@pytest.mark.hostile
+def test_a_handshake_older_than_reject_after_time_reads_as_down_with_real_wireguard() -> None:
+    """Slow (about 4 minutes: WireGuard's 180 s are compiled in), so in `make test-hostile`: the
+    server dies, the interface stays, only the watcher's `wg show` can tell; past 195 s the zone
+    says so, and a revived server is handshaken again by the keepalive and our queries."""
+    require_wireguard()
+    lab = WireGuardLab().up()
+    try:
+        lab.stop_vpn_server()
+        stopped = time.monotonic()
+        first = wait_for(lambda: next((r for r in ask(lab, *fresh(configs.PRIVATE_ZONE))
+                                       if "the last handshake on" in str(r["ede"])), None),
+                         what="the handshake age", timeout=260, interval=2)
+        print(f"\nVPN server dead: read as down by handshake age {time.monotonic() - stopped:.0f} s "
+              f"after: {first['ede']}")
+        assert first["rcode"] == "SERVFAIL" and float(first["ms"]) < 500  # type: ignore[arg-type]
+        assert lab.dig_short(configs.KUBERNETES_NAME) == configs.KUBERNETES_IP
+        lab.start_vpn_server()
+        back = time.monotonic()
+        wait_for(lambda: tunnel_answers(lab), what="the zone after a new handshake", timeout=60, interval=1)
+        print(f"VPN server back: the zone answered {time.monotonic() - back:.1f} s after")
+    finally:
+        lab.down()
