@@ -130,3 +130,11 @@ def test_explain_says_where_a_wireguard_block_learns_its_upstreams(
     lines = capsys.readouterr().out.splitlines()
     assert lines[-1] == ("  upstreams: the DNS servers of the wg-quick config's DNS = line, learned at "
                          f"run time (wireguard, {tmp_path / 'Corefile'}:5)")
+
+
+def test_a_catch_all_that_follows_wireguard_is_the_tunnel_owning_everything(tmp_path: Path) -> None:
+    """SD104 on the `wireguard` line, as on an `openvpn` one (check had asserted it was openvpn)."""
+    (tmp_path / "Corefile").write_text(". {\n    wireguard {\n        resolvconf /run/splitdns\n    }\n}\n")
+    found = lint.check([str(tmp_path / "Corefile")], lint.Options())
+    assert [(f.line, f.code) for f in found] == [(2, "SD104")]
+    assert "the `.` block takes its upstreams from WireGuard" in found[0].message

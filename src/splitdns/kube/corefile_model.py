@@ -45,7 +45,12 @@ class Block:
     @property
     def tunnel(self) -> bool:
         """The block takes its upstreams from the VPN (`openvpn` or `wireguard` directive)."""
-        return any(self.directive(name) is not None for name in _TUNNELS)
+        return self.tunnel_statement is not None
+
+    @property
+    def tunnel_statement(self) -> corefile.Statement | None:
+        """The `openvpn` or `wireguard` line of the block, if it has one."""
+        return next((st for st in self.statements if st.name in _TUNNELS), None)
 
     @property
     def name(self) -> str:
