@@ -22,11 +22,12 @@ IMAGE_PACKAGES := podman runc mmdebstrap
 run: $(VENV)/.run-installed
 	$(BIN)/splitdns demo
 
-# What running needs only (the resolver and its commands, uvloop), not the test tools; pip's own
-# progress is shown, since a first run downloads for a while.
+# splitdns and what its commands need (pyproject's dependencies: the resolver's, uvloop, and render
+# and check's validators), not the test tools nor the webhook extra; pip's own progress is shown,
+# since a first run downloads for a while.
 $(VENV)/.run-installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	@echo "installing splitdns and what it needs to run into $(VENV) (the test tools come with make test)"
+	@echo "installing splitdns and what its commands need into $(VENV) (the test tools come with make test)"
 	$(BIN)/pip install --progress-bar on -e .
 	touch $@
 
@@ -89,15 +90,18 @@ typecheck: venv
 FAST = -m "not e2e and not hostile"
 E2E = -m "e2e and not hostile"
 
+# The end-to-end tier names each module as it starts (a module can take a minute), not only dots.
+E2E_OUTPUT = --no-header
+
 pytest: venv
 	$(BIN)/python -m pytest -q $(FAST)
-	$(BIN)/python -m pytest -q $(E2E)
+	$(BIN)/python -m pytest $(E2E_OUTPUT) $(E2E)
 
 test-fast: venv
 	$(BIN)/python -m pytest -q $(FAST)
 
 test-e2e: deps-debian deps-image venv
-	$(BIN)/python -m pytest -q $(E2E)
+	$(BIN)/python -m pytest $(E2E_OUTPUT) $(E2E)
 
 # The hostile-input catalogue (tests/test_hostile_*.py: spoofing, upstream faults, hostile clients,
 # cache and load, lifecycle): the core set, the slow rest

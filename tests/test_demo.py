@@ -36,3 +36,20 @@ def test_the_demo_shows_the_split_by_asking_itself(tmp_path: Path) -> None:
     assert "answered by the cluster DNS stand-in" in lookalike
     assert "apt-get install bind9-dnsutils" in text
     assert len(lines) == 2 * len(demo_upstreams.EXAMPLES)
+
+
+def test_a_port_given_and_taken_is_an_error_not_another_port(tmp_path: Path) -> None:
+    """`--port N` is that port or nothing: falling back is for when no port was given."""
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as holder:
+        holder.bind(("127.0.0.1", 0))
+        port = holder.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "splitdns", "demo", "--port", str(port)],
+                              stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+    user_text.seen("splitdns demo", done.stdout + done.stderr)
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout == ""  # nothing served, so no Corefile and no answers
+    assert done.stderr == (f"splitdns demo: cannot listen on dns://127.0.0.1:{port}: Address already in use: "
+                           "another process holds that address and port (`ss -lntup` shows which); stop it, "
+                           "or use another port: another --port, or none to let demo take 53 or 5300\n")

@@ -47,14 +47,42 @@ def test_tunnel_down_is_said_by_the_resolver() -> None:
     assert verdict.code == d.TUNNEL_DOWN and "ping-restart" in verdict.reason
 
 
-@pytest.mark.parametrize(("direct", "blame"), [("NOERROR", "look at the resolver"),
-                                                ("no answer", "the upstream or the way to it")])
+@pytest.mark.parametrize(("direct", "blame"), [
+    ("NOERROR", "look at the resolver"), ("NXDOMAIN", "the DNS server answers, but not with that name")])
 def test_naming_problem_says_whether_the_upstream_answers_directly(direct: str, blame: str) -> None:
     names = (GOOD[0], d.NameCheck("db.svc.acme.internal", "SERVFAIL", (), "", "svc.acme.internal.",
                                   ("192.168.240.1:53",), direct))
     verdict = d.diagnose([obs(names=names)])
     assert verdict.code == d.NAMING and verdict.title == "Naming problem in zone svc.acme.internal."
     assert "192.168.240.1:53" in verdict.reason and blame in verdict.reason
+
+
+@pytest.mark.parametrize("rcode", ["SERVFAIL", None])
+def test_a_zone_server_that_cannot_be_reached_is_routing_not_naming(rcode: str | None) -> None:
+    """Nothing cached, the resolver gets nothing from the zone's server, and neither does a direct
+    query: the server does not answer and cannot be reached, which no name fixes."""
+    names = (GOOD[0], d.NameCheck("db.svc.acme.internal", rcode, (), "", "svc.acme.internal.",
+                                  ("192.168.240.1:53",), d.NO_ANSWER))
+    verdict = d.diagnose([obs(names=names)])
+    assert (verdict.code, verdict.exit_code) == (d.ROUTING, 5)
+    assert verdict.title == ("The DNS server of zone svc.acme.internal. does not answer and cannot be "
+                             "reached: this is routing")
+    assert "192.168.240.1:53 does not answer" in verdict.reason
+    assert any("MASQUERADE" in h for h in verdict.hints)
+    assert not any(h.startswith("Names resolve") for h in verdict.hints)
+
+
+def test_a_zone_server_host_that_refuses_is_a_service_down() -> None:
+    names = (GOOD[0], d.NameCheck("db.svc.acme.internal", "SERVFAIL", (), "", "svc.acme.internal.",
+                                  ("192.168.240.1:53",), d.REFUSED))
+    verdict = d.diagnose([obs(names=names)])
+    assert verdict.code == d.SERVICE_DOWN and "nothing listens" in verdict.title
+
+
+def test_the_resolver_down_verdict_names_the_port_asked() -> None:
+    verdict = d.diagnose([d.Observation("local", POD, False, GOOD, (), "127.0.0.1", 5356)])
+    assert "127.0.0.1:5356" in verdict.title and "127.0.0.1:5356" in verdict.reason
+    assert ":53 " not in verdict.reason and not verdict.reason.endswith(":53")
 
 
 def test_names_resolve_but_tcp_times_out_is_routing() -> None:

@@ -85,3 +85,13 @@ def test_all_current_is_no_finding() -> None:
     current = [p for p in pods if p["metadata"]["name"].startswith("shop-api")]
     assert doctor.diagnose(namespaces, current, webhook) == []
     assert doctor.report([], 1).startswith("1 pod(s) ask for the resolver; all are injected")
+
+
+def test_a_report_into_a_closed_pipe_ends_quietly(kubeconfig: Path, monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """`splitdns doctor | head -1`: the reader goes away; nothing is said about it."""
+    from tests.test_first_commands import ClosedPipe
+
+    monkeypatch.setattr("sys.stdout", ClosedPipe())
+    assert cli.main(["doctor", "--kubeconfig", str(kubeconfig)]) == cli.EXIT_PIPE
+    assert capsys.readouterr().err == ""

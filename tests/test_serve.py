@@ -246,3 +246,23 @@ def test_a_dead_upstream_is_named_by_its_address_in_the_ede_and_the_errors_line(
         assert out.status == "SERVFAIL" and want in out.stdout, out.stdout
         errors = [ln for ln in r.stderr().splitlines() if ln.startswith("[ERROR] plugin/errors:")]
         assert errors and all(want in ln for ln in errors), r.stderr()
+
+
+def test_a_port_in_use_names_the_address_and_the_way_out(tmp_path: Path) -> None:
+    """A real process against a real TCP listener on its port: no Python wording reaches the user."""
+    import subprocess
+    import sys
+
+    corefile = tmp_path / "Corefile"
+    corefile.write_text(". {\n forward . 192.0.2.1\n}\n")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "splitdns", "serve", "-conf", str(corefile),
+                               "-dns.port", str(port)], stdin=subprocess.DEVNULL, capture_output=True,
+                              text=True, timeout=30)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith(f"[ERROR] cannot listen on dns://127.0.0.1:{port}: Address already in use: "
+                                  "another process holds that address and port"), done.stderr
+    assert "attempting" not in done.stderr and "Errno" not in done.stderr

@@ -4,10 +4,15 @@ kubectl command line it runs in cluster mode."""
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import sys
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
+import dns.message
+import dns.rcode
 import pytest
 
 from splitdns import cli
@@ -45,8 +50,8 @@ def test_without_kubectl_cluster_mode_says_so(tmp_path: Path, monkeypatch: pytes
                                               capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
     assert cli.main(["verify", "deploy/app"]) == 1
-    assert capsys.readouterr().err == ("splitdns verify: kubectl not found: cluster mode runs kubectl; "
-                                       "put it on PATH\n")
+    assert capsys.readouterr().err.splitlines()[-1] == ("splitdns verify: kubectl not found: cluster mode "
+                                                        "runs kubectl; put it on PATH")
 
 
 def test_an_artifact_that_cannot_be_written_is_an_error_not_a_traceback(
@@ -59,4 +64,82 @@ def test_an_artifact_that_cannot_be_written_is_an_error_not_a_traceback(
                      str(blocker / "ticket")]) == 1
     out, err = capsys.readouterr()
     assert "verdict:" in out
-    assert err == f"splitdns verify: cannot write the artifact {blocker}/ticket: File exists ({blocker})\n"
+    assert err.splitlines()[-1] == (f"splitdns verify: cannot write the artifact {blocker}/ticket: File "
+                                    f"exists ({blocker})")
+
+
+class FakeDns:
+    """A FAKE DNS server on loopback, in a thread: `answer(query)` makes the reply, None drops it
+    (a server behind a broken return path). Stands in for the resolver and for a zone's server, so
+    verify's decision is tested without a lab; tests/test_verify_lab.py shows it with real parts."""
+
+    def __init__(self, address: str, answer: Callable[[dns.message.Message], dns.message.Message | None]):
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.sock.bind((address, 0))
+        self.sock.settimeout(0.05)
+        self.port = self.sock.getsockname()[1]
+        self.answer = answer
+        self.stopped = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+
+    def _serve(self) -> None:
+        while not self.stopped.is_set():
+            try:
+                data, peer = self.sock.recvfrom(4096)
+            except TimeoutError:
+                continue
+            reply = self.answer(dns.message.from_wire(data))
+            if reply is not None:
+                self.sock.sendto(reply.to_wire(), peer)
+
+    def __enter__(self) -> FakeDns:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stopped.set()
+        self.thread.join(2)
+        self.sock.close()
+
+
+def _rcode(rcode: int) -> Callable[[dns.message.Message], dns.message.Message]:
+    def answer(query: dns.message.Message) -> dns.message.Message:
+        reply = dns.message.make_response(query)
+        reply.set_rcode(rcode)
+        return reply
+    return answer
+
+
+@pytest.mark.parametrize(("upstream", "code", "said"), ids=["naming", "routing"], argvalues=[
+    # The zone's server answers, but not with that name: naming.
+    (_rcode(dns.rcode.NXDOMAIN), 3, "the DNS server answers, but not with that name"),
+    # The zone's server never answers, the resolver has nothing cached: routing.
+    (lambda query: None, 5, "does not answer and cannot be reached"),
+])
+def test_verify_tells_an_unreachable_zone_server_from_a_missing_name(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+        upstream: Callable[[dns.message.Message], dns.message.Message | None], code: int, said: str) -> None:
+    from splitdns.commands.verify import checks
+
+    monkeypatch.setattr(checks, "TIMEOUT", 0.3)  # the direct query's wait; the fake answers at once or never
+    resolv = tmp_path / "resolv.conf"
+    resolv.write_text("nameserver 127.0.0.1\n")
+    with FakeDns("127.0.0.1", _rcode(dns.rcode.SERVFAIL)) as resolver, \
+            FakeDns("127.0.0.23", upstream) as zone:
+        corefile = tmp_path / "Corefile"
+        corefile.write_text(f"example.org:{resolver.port} {{\n forward . 127.0.0.23:{zone.port}\n}}\n")
+        got = cli.main(["verify", "--port", str(resolver.port), "-conf", str(corefile),
+                        "--resolv-conf", str(resolv), "--name", "db.example.org"])
+    out, err = capsys.readouterr()
+    assert got == code, out + err
+    assert said in out, out
+    # What verify waits on, as it waits: the name through the resolver, then the upstream directly.
+    assert f"verify: asking db.example.org (zone example.org.) through 127.0.0.1:{resolver.port} ..." in err
+    assert f"asking its upstream 127.0.0.23:{zone.port} directly ..." in err
+
+
+def test_verify_names_the_port_it_asked(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port("127.0.0.1")  # nothing listens: the resolver is down
+    assert cli.main(["verify", "--port", str(port), "--resolv-conf", str(tmp_path / "none")]) == 2
+    out = capsys.readouterr().out
+    assert f"no reply from 127.0.0.1:{port}" in out and "127.0.0.1:53" not in out, out

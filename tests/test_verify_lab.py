@@ -135,3 +135,38 @@ def test_cluster_mode_replacement_with_the_kubelets_resolv_conf_blames_the_pod_s
     markdown = (tmp_path / "cluster.md").read_text()
     assert "## before replacement" in markdown and "## after replacement" in markdown
     assert f"nameserver {configs.CLUSTER_DNS_IP}" in markdown  # the kubelet's file, in the ticket
+
+
+def test_an_unreachable_zone_server_is_routing_and_a_missing_name_is_naming(lab: Lab, tmp_path: Path) -> None:
+    """Nothing cached: the corp DNS gives its host entries dnsmasq's own TTL 0. A name it does not
+    have is naming (exit 3): it answers, but not with that name. With the VPN server's MASQUERADE
+    gone and no route back from the corp DNS, it cannot be reached at all: routing (exit 5), not
+    naming, although no name of the zone resolves."""
+    lab.restart_corp_dns(local_ttl=0, wildcard=False)
+    try:
+        lab.replace_pod()  # a fresh resolver: nothing cached from the tests before
+        missing = f"nosuch.{configs.PRIVATE_ZONE}"
+        done = lab.pod_exec([sys.executable, "-m", "splitdns", "verify", "--name", configs.KUBERNETES_NAME,
+                             "--name", missing, "-conf", str(lab.corefile)], timeout=60)
+        naming = done.stdout + done.stderr
+        assert done.returncode == 3, naming
+        assert f"Naming problem in zone {configs.PRIVATE_ZONE}." in naming
+        assert "the DNS server answers, but not with that name" in naming
+        lab.set_masquerade(False)
+        lab.set_corp_dns_return_route(False)
+        done = lab.pod_exec([sys.executable, "-m", "splitdns", "verify", "--name", configs.KUBERNETES_NAME,
+                             "--name", configs.DB_NAME, "-conf", str(lab.corefile)], timeout=60)
+        routing = done.stdout + done.stderr
+    finally:
+        lab.set_masquerade(True)
+        lab.set_corp_dns_return_route(True)
+        lab.restart_corp_dns()
+        lab.replace_pod()
+    print(naming, routing, sep="\n")
+    assert done.returncode == 5, routing
+    assert (f"The DNS server of zone {configs.PRIVATE_ZONE}. does not answer and cannot be reached: "
+            "this is routing") in routing
+    assert f"asked directly, {configs.CORP_DNS_IP}:53 does not answer" in routing
+    assert "Naming problem" not in routing
+    # While it waits on the zone, it says so.
+    assert f"verify: asking {configs.DB_NAME} (zone {configs.PRIVATE_ZONE}.) through 127.0.0.1:53" in routing

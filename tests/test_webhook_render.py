@@ -2,8 +2,8 @@
 rendered Deployment's own arguments start a webhook that injects with the settings it announces.
 
 cert-manager's Issuer and Certificate are validated, just as strictly, against the openAPIV3Schema of
-cert-manager's own CRDs, vendored in tests/data/cert-manager (kubernetes-validate bundles only the core
-API's schemas; see tests/support/crds.py).
+cert-manager's own CRDs, vendored in src/splitdns/kube/crds (kubernetes-validate bundles only the core
+API's schemas; `check --kube-version` uses them too: see tests/support/crds.py).
 Set SPLITDNS_UPDATE_GOLDEN=1 to rewrite the golden file after an intended change.
 """
 

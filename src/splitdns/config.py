@@ -183,8 +183,22 @@ def _block(sb: corefile.ServerBlock, default_port: int, read_files: bool = True)
                  forwards=tuple(forwards), specs=Specs(specs))
 
 
+# Plugins CoreDNS itself dropped: what to use instead is the whole answer, not a spelling guess.
+RETIRED = {"proxy": "removed from CoreDNS in 1.7 (no CoreDNS since runs it); use `forward`, which "
+                    "takes the same FROM TO... arguments"}
+
+
+def retired(name: str) -> str | None:
+    """Why a directive CoreDNS no longer has is refused, and what replaces it; None for others."""
+    why = RETIRED.get(name)
+    return f"`{name}` was {why}" if why else None
+
+
 def _unknown(st: corefile.Statement) -> ConfigError:
     supported = ", ".join(directives.SUPPORTED)
+    gone = retired(st.name)
+    if gone:
+        return ConfigError(st.where, gone)
     if st.name in directives.COREDNS_ONLY:
         return ConfigError(st.where, f"{st.name!r} is a CoreDNS plugin that splitdns does not "
                                      f"implement; splitdns supports: {supported}")
@@ -198,6 +212,20 @@ def near_miss(name: str,
     """The known directive a misspelt one most likely meant (`erors` -> `errors`), or None."""
     found = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.75)
     return found[0] if found else None
+
+
+def ports_named(blocks: list[corefile.ServerBlock]) -> bool:
+    """Whether every server key names its own port, so that a default port (-dns.port) changes
+    nothing. Keys that do not parse count as naming none: their error comes from `build`."""
+    for sb in blocks:
+        for key in sb.keys:
+            for text in key.text.split(","):
+                try:
+                    if text and _key(key, text, 0)[1] == 0:
+                        return False
+                except ConfigError:
+                    return False
+    return True
 
 
 def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], int]:

@@ -122,15 +122,15 @@ def resolver_argv(kind: str, corefile: Path) -> list[str]:
 
 
 # ---- the DNS servers ---------------------------------------------------------------------
-def _dns_server_argv(listen: str) -> list[str]:
+def _dns_server_argv(listen: str, local_ttl: int = 30) -> list[str]:
     """A dnsmasq that only answers from its command line and never forwards anything."""
     return [
         "dnsmasq", "--conf-file=/dev/null", "--keep-in-foreground", "--no-resolv", "--no-hosts",
         "--bind-interfaces", f"--listen-address={listen}", "--user=root", "--pid-file=",
         "--log-facility=-", "--log-queries",
         # dnsmasq's default TTL for its own records is 0, which no cache keeps; CoreDNS gives 5
-        # to cluster names, we give 30 so the resolver's `cache 30` really works.
-        "--local-ttl=30",
+        # to cluster names, we give 30 so the resolver's `cache 30` really works (0: dnsmasq's own).
+        f"--local-ttl={local_ttl}",
     ]  # fmt: skip
 
 
@@ -151,13 +151,14 @@ def corp_dns2_argv() -> list[str]:
             f"--host-record={DB_NAME},{DB_IP_VIA_DNS2}"]
 
 
-def corp_dns_argv() -> list[str]:
-    """Private-zone DNS behind the VPN: svc.acme.internal plus decoys for the other names."""
+def corp_dns_argv(local_ttl: int = 30, wildcard: bool = True) -> list[str]:
+    """Private-zone DNS behind the VPN: svc.acme.internal plus decoys for the other names.
+    wildcard False: another name in the zone is NXDOMAIN instead of CORP_WILDCARD_IP."""
     return [
-        *_dns_server_argv(CORP_DNS_IP),
+        *_dns_server_argv(CORP_DNS_IP, local_ttl),
         f"--local=/{PRIVATE_ZONE}/",
         f"--host-record={DB_NAME},{DB_IP}",
-        f"--address=/{PRIVATE_ZONE}/{CORP_WILDCARD_IP}",  # any other name in the zone
+        *([f"--address=/{PRIVATE_ZONE}/{CORP_WILDCARD_IP}"] if wildcard else []),  # any other name
         f"--host-record={KUBERNETES_NAME},{CORP_DECOY_KUBERNETES_IP}",
         f"--host-record={CATCHALL_NAME},{CORP_DECOY_CATCHALL_IP}",
     ]  # fmt: skip

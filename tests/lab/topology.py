@@ -274,6 +274,12 @@ class Lab(Probes):
         out = ns_run(self.ns("vpn"), ["iptables", "-t", "nat", "-S", "POSTROUTING"])
         return "-j MASQUERADE" in out
 
+    def restart_corp_dns(self, local_ttl: int = 30, wildcard: bool = True) -> None:
+        """Run the corp DNS again with these answers (c.corp_dns_argv); the defaults restore it."""
+        stop_all([self.procs.pop("corp-dns")], grace=1.0)
+        self._start("corp-dns", "corp", c.corp_dns_argv(local_ttl, wildcard))
+        wait_dns(self.procs["corp-dns"], self.ns("vpn"), c.CORP_DNS_IP, c.DB_NAME)
+
     def set_corp_dns_return_route(self, enabled: bool) -> None:
         """Give or take the corp DNS's route back to 10.8.0.0/24 (then only NAT helps it)."""
         verb = "replace" if enabled else "del"

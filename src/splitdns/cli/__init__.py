@@ -4,6 +4,8 @@ did-you-mean in cli.help); each command returns an exit code, and a bug of ours 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.util
 import os
 import sys
 import traceback
@@ -11,7 +13,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from splitdns.cli.help import reject_unrecognized
-from splitdns.cli.parser import EXIT_INTERNAL, build_parser
+from splitdns.cli.parser import EXIT_INTERNAL, EXIT_MISSING, EXIT_PIPE, build_parser
 
 if TYPE_CHECKING:
     from splitdns.kube.inject import Settings
@@ -48,7 +50,7 @@ def _webhook_settings(flags: list[str], namespace: str) -> Settings:
     args = build_parser().parse_args(["webhook", "--tls-cert", "-", "--tls-key", "-", *flags])
     fields = {k: v for k, v in vars(args).items() if k in render.Request.__dataclass_fields__
               and k != "namespace"}
-    return render.injection_settings(render.Request(**fields), excluded=(namespace,))
+    return render.injection_settings(render.Request(**fields, reads_cluster=False), excluded=(namespace,))
 
 
 def _render(a: argparse.Namespace) -> int:
@@ -96,10 +98,15 @@ def _webhook(a: argparse.Namespace) -> int:
     from splitdns.commands import render, webhook
     from splitdns.kube.plan import PlanError
 
+    for module in ("aiohttp", "jsonpatch"):  # the extra first: before certificates and settings
+        if importlib.util.find_spec(module) is None:
+            raise ModuleNotFoundError(f"No module named {module!r}", name=module)
+
     fields = {k: v for k, v in vars(a).items() if k in render.Request.__dataclass_fields__}
     fields.pop("namespace", None)
     try:
-        settings = render.injection_settings(render.Request(**fields), excluded=(a.namespace,))
+        settings = render.injection_settings(render.Request(**fields, reads_cluster=False),
+                                             excluded=(a.namespace,))
     except PlanError as err:
         print(f"splitdns webhook: {err}", file=sys.stderr)
         return webhook.EXIT_INPUT
@@ -124,7 +131,24 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], int]] = {
 }
 
 
+# Modules only some commands import, and how to get them: their absence is the install's, not a bug.
+_WEBHOOK_EXTRA = "the `webhook` extra: pip install 'splitdns[webhook]'"
+_KUBE_TOOLS = ("render, check, explain, inject and doctor's dependencies, which the container image "
+               "leaves out: run them where splitdns is installed with pip (pip install splitdns)")
+OPTIONAL_MODULES = {
+    "aiohttp": _WEBHOOK_EXTRA, "jsonpatch": _WEBHOOK_EXTRA,
+    "yaml": _KUBE_TOOLS, "kubernetes_validate": _KUBE_TOOLS, "lightkube": _KUBE_TOOLS,
+}
+
+
 def main(argv: Sequence[str] | None = None, prog: str = "splitdns") -> int:
+    try:
+        return _main(argv, prog)
+    except BrokenPipeError:
+        return _reader_gone()
+
+
+def _main(argv: Sequence[str] | None, prog: str) -> int:
     parser = build_parser(prog)
     args, unknown = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     if unknown:
@@ -132,12 +156,37 @@ def main(argv: Sequence[str] | None = None, prog: str = "splitdns") -> int:
     if getattr(args, "target", None) and args.kubectl:
         parser.error("verify: give the pod once, as TARGET or as --kubectl")
     try:
-        return RUNNERS[args.command](args)
+        code = RUNNERS[args.command](args)
+        sys.stdout.flush()  # a closed pipe shows here, while we can still say nothing about it
+        return code
+    except BrokenPipeError:
+        raise
+    except ModuleNotFoundError as err:
+        missing = (err.name or "").partition(".")[0]
+        if missing not in OPTIONAL_MODULES:
+            return _internal(args, err)
+        print(f"splitdns {args.command}: the module {missing} is not installed; it comes with "
+              f"{OPTIONAL_MODULES[missing]}", file=sys.stderr)
+        return EXIT_MISSING
     except Exception as err:  # a bug of ours: say so in one line, with its own exit code
-        if args.debug or os.environ.get("SPLITDNS_DEBUG", "") not in ("", "0"):
-            traceback.print_exc()
-        print(internal_error(args, err), file=sys.stderr)
-        return EXIT_INTERNAL
+        return _internal(args, err)
+
+
+def _internal(args: argparse.Namespace, err: Exception) -> int:
+    if args.debug or os.environ.get("SPLITDNS_DEBUG", "") not in ("", "0"):
+        traceback.print_exc()
+    print(internal_error(args, err), file=sys.stderr)
+    return EXIT_INTERNAL
+
+
+def _reader_gone() -> int:
+    """`splitdns explain ... | head -1`: the reader left, which is no error of anyone's. Point stdout
+    at /dev/null so that the interpreter's last flush does not complain either."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):  # a stdout with no file behind it
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    return EXIT_PIPE
 
 
 def kubectl_plugin() -> int:

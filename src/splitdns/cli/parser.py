@@ -10,6 +10,8 @@ from splitdns.cli.help import Parser
 from splitdns.kube.image import COREFILE, DEFAULT_IMAGE
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): not 1 or 2, which commands use for findings and bad input
+EXIT_MISSING = 69   # EX_UNAVAILABLE: a module this command needs is not installed
+EXIT_PIPE = 141     # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
 
 
 def _port(text: str) -> int:
@@ -30,7 +32,10 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
         description="An in-pod split-DNS resolver for pods with an OpenVPN sidecar.",
         epilog=f"exit codes common to every command:\n  {EXIT_INTERNAL}  internal error: a bug in "
                "splitdns, not in your input; one line names the input and the error (the traceback "
-               "with --debug or SPLITDNS_DEBUG=1). Please report it.",
+               "with --debug or SPLITDNS_DEBUG=1). Please report it.\n"
+               f"  {EXIT_MISSING}  a module the command needs is not installed (the message says what "
+               "to install)\n"
+               f"  {EXIT_PIPE} the output's reader went away (`| head`): the command stopped quietly",
     )
     parser.add_argument("--version", action="version", version=f"splitdns {__version__}")
     parser.add_argument("--debug", action="store_true",
@@ -46,7 +51,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
                     "70 internal error.")
     p.add_argument("-conf", "--conf", dest="conf", default="Corefile",
                    help="The Corefile to load (default: ./Corefile).")
-    p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=53,
+    p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=None,
                    help="The port of server blocks whose keys name none (default: 53).")
     p.add_argument("--corefile-env", metavar="NAME",
                    help="Read the Corefile's text from the environment variable NAME instead of a file "
@@ -58,8 +63,9 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
                     "loopback addresses, in the layout of a pod with a VPN sidecar (a catch-all and "
                     "the tunnel zone svc.acme.internal); ask it the example queries and print the "
                     "answers, then the dig commands to try.")
-    p.add_argument("--port", type=_port, default=53,
-                   help="Port on 127.0.0.1 (default 53; falls back to 5300 if 53 is taken).")
+    p.add_argument("--port", type=_port, default=None,
+                   help="Port on 127.0.0.1 (default 53, or 5300 if 53 is taken; a port given here is "
+                        "that port or an error).")
 
     _add_check(commands)
     _add_render(commands)
@@ -132,7 +138,7 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--probe", action="append", default=[], dest="probes", metavar="ZONE=NAME",
                    help="The name the readiness of ZONE asks (default: the zone's apex; "
                         "kubernetes.default.svc.CLUSTER_DOMAIN for the cluster zone).")
-    p.add_argument("--namespace", default="default", help="The pod's namespace, for its search list.")
+    p.add_argument("-n", "--namespace", default="default", help="The pod's namespace, for its search list.")
     p.add_argument("--cluster-domain", default="cluster.local", help="The cluster domain.")
     p.add_argument("--ndots", type=int, default=5, help="The ndots option (default 5, as the cluster).")
     p.add_argument("--resolver", choices=("splitdns", "coredns"), default="splitdns",
@@ -213,12 +219,15 @@ def _add_verify(commands: argparse._SubParsersAction[Parser]) -> None:
                     "its replacement.",
         epilog="exit codes (one per verdict):\n"
                "  0  all good\n  1  could not run (bad arguments, kubectl failed)\n"
-               "  2  the resolver is not answering on 127.0.0.1\n  3  naming problem in a zone\n"
+               "  2  the resolver is not answering (on 127.0.0.1, or --port)\n"
+               "  3  naming problem in a zone: its DNS server answers, but not with that name\n"
                "  4  the tunnel is down (the resolver says so)\n"
-               "  5  names resolve, connections time out: routing\n"
+               "  5  routing: names resolve but connections time out, or a zone's DNS server does "
+               "not answer and cannot be reached\n"
                "  6  the pod spec is wrong (worked before the replacement and not after, or the "
                "pod's resolv.conf does not name only 127.0.0.1)\n"
-               "  7  names resolve, the service refuses connections\n"
+               "  7  names resolve, the service refuses connections (or a zone's DNS server's host "
+               "refuses its port)\n"
                "  70 internal error (a bug in splitdns)")
     p.add_argument("target", nargs="?", metavar="TARGET",
                    help="A pod to run in, as for --kubectl (deploy/app, pod/NAME): `kubectl splitdns "
@@ -254,8 +263,18 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
     if corefile:
         p.add_argument("--corefile", metavar="FILE",
                        help="Take zones and upstreams from an existing Corefile.")
-    p.add_argument("--cluster-dns", metavar="IP",
-                   help="The cluster DNS address (kubectl -n kube-system get svc kube-dns).")
+    if corefile:  # inject: where render runs, with a kubeconfig at hand
+        cluster = p.add_mutually_exclusive_group()
+        cluster.add_argument("--cluster-dns", metavar="IP",
+                             help="The cluster DNS address (kubectl -n kube-system get svc kube-dns).")
+        cluster.add_argument("--cluster-dns-from-cluster", action="store_true", dest="from_cluster",
+                             help="Read it from the kube-dns Service in kube-system, through --kubeconfig, "
+                                  "in-cluster credentials, $KUBECONFIG or ~/.kube/config.")
+        p.add_argument("--kubeconfig", metavar="FILE", help="The kubeconfig to read the cluster DNS with.")
+        p.add_argument("--context", help="The kubeconfig context (default: the current one).")
+    else:  # the webhook: its image has no Kubernetes client, and render spells the address out
+        p.add_argument("--cluster-dns", metavar="IP",
+                       help="The cluster DNS address (kubectl -n kube-system get svc kube-dns).")
     p.add_argument("--probe", action="append", default=[], dest="probes", metavar="ZONE=NAME",
                    help="The name the readiness of ZONE asks (default: the zone's apex).")
     p.add_argument("--cluster-domain", default="cluster.local", help="The cluster domain.")
@@ -292,7 +311,7 @@ def _add_inject(commands: argparse._SubParsersAction[Parser]) -> None:
                     "for byte; an injected document is rewritten, so its comments are lost. Injecting "
                     "twice gives the same as once.",
         epilog="exit codes:\n  0  every pod template injected (or already)\n"
-               "  1  some were left alone (the reasons on stderr)\n"
+               "  1  some were left alone (the reasons on stderr), or none was found\n"
                "  2  bad input or settings (the message says what)")
     p.add_argument("files", nargs="*", metavar="FILE",
                    help="A YAML file to inject, or `-` for stdin (the default when none is given).")
@@ -328,7 +347,7 @@ def _add_webhook(commands: argparse._SubParsersAction[Parser]) -> None:
                         "the 90 s after which the API server's HTTP client drops idle connections).")
     p.add_argument("--shutdown-delay", type=float, default=5.0, metavar="SECONDS",
                    help="After SIGTERM, how long to go on serving while /readyz fails (default 5).")
-    p.add_argument("--namespace", default="splitdns-system",
+    p.add_argument("-n", "--namespace", default="splitdns-system",
                    help="The webhook's own namespace, never injected (default splitdns-system).")
     _add_plan(p, corefile=False)
 

@@ -12,27 +12,29 @@ from splitdns.shell import logs
 from splitdns.shell.lifecycle import Runtime
 from splitdns.shell.server import Server
 
-FALLBACK_PORT = 5300
+DEFAULT_PORT, FALLBACK_PORT = 53, 5300
 
 
-def run(port: int) -> int:
+def run(port: int | None) -> int:
+    """`port` None: 53, else 5300; a port the user gave is that port or an error."""
     return serve.run_loop(_main(port))
 
 
-async def _main(port: int) -> int:
+async def _main(port: int | None) -> int:
     cluster, tunnel = demo_upstreams.upstreams()
     cluster.start(demo_upstreams.CLUSTER_ADDR)
     tunnel.start(demo_upstreams.TUNNEL_ADDR)
-    for candidate in dict.fromkeys((port, FALLBACK_PORT)):
+    for candidate in (port,) if port is not None else (DEFAULT_PORT, FALLBACK_PORT):
         loaded = config.loads(demo_upstreams.corefile(candidate, cluster, tunnel), "<demo Corefile>")
         runtime = Runtime(Server(loaded))
         try:
             await runtime.start()
         except OSError as err:
-            if getattr(err, "errno", None) in (errno.EADDRINUSE, errno.EACCES):
+            if port is None and getattr(err, "errno", None) in (errno.EADDRINUSE, errno.EACCES):
                 logs.info(f"port {candidate} is not available ({err.strerror}); trying another")
                 continue
-            logs.error(str(err))
+            elsewhere = "--port N" if port is None else "another --port, or none to let demo take 53 or 5300"
+            print(f"splitdns demo: {serve.start_error(err, elsewhere)}", file=sys.stderr)
             return serve.EXIT_START
         print(demo_upstreams.corefile(candidate, cluster, tunnel))
         serving = asyncio.ensure_future(runtime.run_until_signalled())

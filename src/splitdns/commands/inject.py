@@ -20,6 +20,11 @@ def run(req: render.Request, paths: list[str]) -> int:
     except PlanError as err:
         print(f"splitdns inject: {err}", file=sys.stderr)
         return EXIT_INPUT
+    private = [r for r in chosen.plan.routes if r.zone not in (".", chosen.plan.cluster_domain + ".")]
+    if not private:
+        print("splitdns inject: warning: no private zone given (--zone ZONE=UPSTREAM, ZONE=openvpn, or "
+              "--corefile): the resolver would send every name to the cluster DNS, as the pod does "
+              "without it", file=sys.stderr)
     texts: list[tuple[str, str]] = []
     for path in paths or ["-"]:
         try:
@@ -30,7 +35,7 @@ def run(req: render.Request, paths: list[str]) -> int:
             return EXIT_INPUT
         texts.append(("<stdin>" if path == "-" else path, text))
     out: list[str] = []
-    left_alone = 0
+    left_alone = found = 0
     for source, text in texts:
         try:
             injected, reports = inject_text(text, chosen, req.namespace, source)
@@ -45,7 +50,13 @@ def run(req: render.Request, paths: list[str]) -> int:
             for warning in r.outcome.warnings:
                 print(f"splitdns inject: {source}: {r.what}: warning: {warning}", file=sys.stderr)
         out.append(injected)
+        found += len(reports)
     sys.stdout.write(_join(out))
+    if not found:
+        print(f"splitdns inject: no pod template in {', '.join(source for source, _ in texts)} (a Pod, "
+              "Deployment, StatefulSet, DaemonSet, ReplicaSet, Job, CronJob or a List of them): nothing "
+              "was injected", file=sys.stderr)
+        return EXIT_LEFT_ALONE
     return EXIT_LEFT_ALONE if left_alone else EXIT_OK
 
 

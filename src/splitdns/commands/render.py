@@ -46,6 +46,7 @@ class Request:
     vpn: str | None = None            # openvpn or wireguard; None: what the tunnel zones name
     output_dir: str | None = None
     webhook_namespace: str = "splitdns-system"
+    reads_cluster: bool = True  # False for `splitdns webhook`, which has no --cluster-dns-from-cluster
 
 
 def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict[str, str]:
@@ -128,7 +129,7 @@ def build_plan(req: Request) -> Plan:
     return build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
                  else req.resolver, namespace=req.namespace, cluster_domain=req.cluster_domain,
                  ndots=req.ndots, management=req.management, cluster_wide=form == "cluster-wide",
-                 vpn=req.vpn)
+                 reads_cluster=req.reads_cluster, vpn=req.vpn)
 
 
 def run(req: Request, webhook_settings: WebhookSettings | None = None) -> int:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import errno
 import gc
 import os
+import re
 from collections.abc import Coroutine
 from pathlib import Path
 
-from splitdns import __version__, config
+from splitdns import __version__, config, corefile
 from splitdns.errors import ConfigError
 from splitdns.shell import logs
 from splitdns.shell.lifecycle import Runtime
@@ -23,20 +25,45 @@ MMAP_THRESHOLD = 128 * 1024  # glibc's default starting value, kept from then on
 DEFAULT_CONF = "Corefile"
 
 
-def run(path: str, port: int) -> int:
+# The first line of Kubernetes YAML (a ConfigMap holding the Corefile, as check and explain take it).
+_KUBERNETES_YAML = re.compile(r"\A(?:\s*#[^\n]*\n|\s*---\s*\n|\s*\n)*\s*(apiVersion|kind)\s*:", re.ASCII)
+
+
+def run(path: str, port: int | None) -> int:
+    """`port` None: -dns.port not given (53)."""
     try:
-        loaded = config.load(path, default_port=port)
+        blocks = corefile.load(path)
+        loaded = config.build(blocks, path, config.DEFAULT_PORT if port is None else port)
     except ConfigError as err:
         if path == DEFAULT_CONF and not Path(path).exists():
             logs.error("no ./Corefile here: pass the Corefile to serve with -conf FILE")
         else:
-            logs.error(str(err))
+            logs.error(_kubernetes_yaml(path) or str(err))
         return EXIT_CONFIG
-    return run_loop(serve(loaded, path, port))
+    if port is not None and config.ports_named(blocks):
+        logs.warning(f"-dns.port {port} changes nothing: every server key of {path} names its own port "
+                  f"({', '.join(sorted({str(b.port) for b in loaded.blocks}))}), as in CoreDNS")
+    return run_loop(serve(loaded, path, config.DEFAULT_PORT if port is None else port))
 
 
-def run_from_env(name: str, port: int) -> int:
+def _kubernetes_yaml(path: str) -> str | None:
+    """What to say when -conf names Kubernetes YAML (the ConfigMap that holds the Corefile)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    if not _KUBERNETES_YAML.match(text):
+        return None
+    what = "a Kubernetes ConfigMap" if re.search(r"^kind:\s*ConfigMap\s*$", text, re.M) else "Kubernetes YAML"
+    return (f"{path} is {what}, not a Corefile: serve reads the Corefile itself. "
+            "Mount the ConfigMap into the container and pass the file it holds (render mounts it as "
+            "-conf /etc/coredns/Corefile), or write its data.Corefile to a file; check, explain and "
+            "render read the ConfigMap as it is")
+
+
+def run_from_env(name: str, port: int | None) -> int:
     """The Corefile from an environment variable: the injected pods carry it in their spec."""
+    port = config.DEFAULT_PORT if port is None else port
     text = os.environ.get(name)
     if text is None:
         logs.error(f"--corefile-env {name}: the environment variable {name} is not set")
@@ -47,6 +74,22 @@ def run_from_env(name: str, port: int) -> int:
         logs.error(str(err))
         return EXIT_CONFIG
     return run_loop(serve(loaded, None, port))
+
+
+SERVE_ELSEWHERE = "-dns.port N for server keys without a port, or KEY:PORT in the Corefile"
+
+
+def start_error(err: OSError, elsewhere: str = SERVE_ELSEWHERE) -> str:
+    """Why serve (or demo) could not start, and what to do: never Python's own wording.
+    `elsewhere`: how to choose another port."""
+    reason = err.strerror or str(err)
+    if err.errno == errno.EADDRINUSE:
+        return (f"{reason}: another process holds that address and port (`ss -lntup` shows which); "
+                f"stop it, or use another port: {elsewhere}")
+    if err.errno == errno.EACCES:
+        return (f"{reason}: a port below 1024 needs root, CAP_NET_BIND_SERVICE or the sysctl "
+                f"net.ipv4.ip_unprivileged_port_start; or use a port above 1023: {elsewhere}")
+    return reason
 
 
 def run_loop(main: Coroutine[object, object, int]) -> int:
@@ -81,7 +124,7 @@ async def serve(loaded: config.Config, path: str | None, port: int = config.DEFA
     try:
         await runtime.start()
     except OSError as err:
-        logs.error(str(err))
+        logs.error(start_error(err))
         return EXIT_START
     # What start-up built lives as long as the process: out of the collector's sight, a full
     # collection no longer walks the modules, the config and dnspython's tables each time.

@@ -26,6 +26,7 @@ def read_kube_dns(kubeconfig: str | None = None, context: str | None = None,
     from lightkube import ApiError, Client, ConfigError, KubeConfig
     from lightkube.resources.core_v1 import Service
 
+    server = "the API server"  # its address, once the kubeconfig has said it
     try:
         if kubeconfig is not None:
             config = KubeConfig.from_file(kubeconfig)
@@ -42,6 +43,7 @@ def read_kube_dns(kubeconfig: str | None = None, context: str | None = None,
                             else "the kubeconfig names no current context; pass --context")
         if single.context_name and single.context_name != "default":
             how += f", context {single.context_name}"
+        server = f"the API server {single.cluster.server}"
         client = Client(single, transport=transport)
         svc = client.get(Service, SERVICE, namespace=NAMESPACE)
     except (ConfigError, OSError) as err:
@@ -55,13 +57,14 @@ def read_kube_dns(kubeconfig: str | None = None, context: str | None = None,
                                f"{kubeconfig or 'the kubeconfig'} is not a kubeconfig ({problem}); give the "
                                "address with --cluster-dns IP") from None
     except ApiError as err:
-        raise ClusterReadError(f"reading Service {NAMESPACE}/{SERVICE} failed: {err.status.message or err}; "
-                        "give the address with --cluster-dns IP") from None
+        raise ClusterReadError(f"reading Service {NAMESPACE}/{SERVICE} from {server} failed: "
+                               f"{err.status.message or err}; give the address with --cluster-dns IP"
+                               ) from None
     except Exception as err:  # httpx transport errors: connection refused, TLS, timeouts
         if type(err).__module__.split(".")[0] not in ("httpx", "httpx2", "httpcore", "ssl"):
             raise
-        raise ClusterReadError(f"cannot reach the API server to read {NAMESPACE}/{SERVICE}: {err}; "
-                        "give the address with --cluster-dns IP") from None
+        raise ClusterReadError(f"cannot reach {server} ({how}) to read {NAMESPACE}/{SERVICE}: {err}; "
+                               "give the address with --cluster-dns IP") from None
     ip = svc.spec.clusterIP if svc.spec is not None else None
     if not ip or ip == "None":
         raise ClusterReadError(f"Service {NAMESPACE}/{SERVICE} has no ClusterIP; "

@@ -16,8 +16,6 @@ from splitdns.kube.corefile_model import Block
 from splitdns.kube.findings import Finding
 from splitdns.kube.sources import CLUSTER, POD, CorefileSource
 
-_WRITES_CONFIG_ERRORS = ("SD101", "SD109", "SD110", "SD112")
-
 IsTunnel = Callable[[str], str | None]  # upstream address -> why it is the tunnel, or None
 
 
@@ -67,6 +65,7 @@ def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
         _forwards(block, src, pods, add, cluster)
         _tunnel(block, src, is_tunnel, cluster, add)
     _zones(model.blocks, src, add)
+    _duplicates(model.blocks, src, add)
     _binds(model.blocks, src, add)
     # A block whose key is broken (SD100 above) might be the `.` one: no guess about it.
     if src.context == POD and model.blocks and all(b.zones for b in model.blocks) \
@@ -75,8 +74,11 @@ def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
             "no `.` block: names outside " + ", ".join(z for b in model.blocks for z in b.zones)
             + " get REFUSED (fine for a stub-only server or a piece to import; not as the pod's only "
             "nameserver)")
-    if effective == "splitdns" and not any(f.code in _WRITES_CONFIG_ERRORS for f in out):
-        out.extend(_resolver_verdict(src))
+    if effective == "splitdns":
+        # serve stops at its first error; the lines above already report what it would say
+        # there, so only an error on a line nothing named yet is news.
+        named = {f.line for f in out if f.severity == "error"}
+        out.extend(f for f in _resolver_verdict(src) if f.line not in named)
     return out
 
 
@@ -117,7 +119,10 @@ def _directives(block: Block, resolver: str, src: CorefileSource, add: Add) -> N
     for st in block.statements:
         name = st.name
         coredns_has = name in directives.COREDNS_PLUGINS
-        if not coredns_has and name not in directives.SUPPORTED:
+        gone = config.retired(name)
+        if gone:
+            add(src.line(st.where), "SD100", gone)
+        elif not coredns_has and name not in directives.SUPPORTED:
             # Neither resolver knows it: a typo, so no advice to switch resolvers.
             known = directives.COREDNS_PLUGINS | set(directives.SUPPORTED)
             guess = config.near_miss(name, tuple(sorted(known)))
@@ -209,6 +214,18 @@ def _zones(blocks: list[Block], src: CorefileSource, add: Add) -> None:
             if name != other and name.endswith(other) and not name.endswith("." + other):
                 add(line, "SD107", f"{name} ends with the text {other} but not on a label boundary: "
                                    f"{other} does not cover it, it is a zone of its own")
+
+
+def _duplicates(blocks: list[Block], src: CorefileSource, add: Add) -> None:
+    """The same zone and port in two blocks, which serve refuses: found here whatever else is
+    wrong, since serve's own check stops at its first error."""
+    seen: dict[tuple[str, int], Block] = {}
+    for b in blocks:
+        for zone in b.zones:
+            first = seen.setdefault((zone, b.port), b)
+            if first is not b:
+                add(src.line(b.where), "SD100", f"cannot serve dns://{zone}:{b.port} - it is already "
+                                                f"defined at {src.file}:{src.line(first.where)}")
 
 
 def _binds(blocks: list[Block], src: CorefileSource, add: Add) -> None:

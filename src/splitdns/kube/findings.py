@@ -155,6 +155,11 @@ _TABLE = (
          "initContainers[].restartPolicy: Always is on by default only from Kubernetes 1.29; before, "
          "the DNS container blocks the pod's start or is rejected.",
          "use --sidecar classic for clusters older than 1.29, or upgrade."),
+    Code("SD403", INFO, "kind not validated: no schema for it here",
+         "--kube-version validates the core API's kinds and the custom resources splitdns renders "
+         "(cert-manager's Issuer and Certificate); another custom resource is checked by the API "
+         "server against its CRD, which check does not have.",
+         "nothing to fix here; `kubectl apply --dry-run=server` validates it against the cluster's CRD."),
 )
 
 CODES: dict[str, Code] = {c.code: c for c in _TABLE}

@@ -24,7 +24,7 @@ from functools import cached_property
 from typing import Any
 
 from splitdns import __version__
-from splitdns.kube import corefiles, manifests, wireguard_pod
+from splitdns.kube import corefiles, manifests, vpn_container, wireguard_pod
 from splitdns.kube.image import DEFAULT_IMAGE
 from splitdns.kube.plan import WIREGUARD, Plan
 
@@ -272,9 +272,7 @@ def _refuse_conflicts(spec: Doc, settings: Settings) -> None:
 def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> None:
     spec: Doc = pod["spec"]
     _refuse_conflicts(spec, settings)
-    if STATUS in _annotations(pod):
-        wireguard_pod.remove(spec)  # ours from before: rebuilt below, or gone with the settings
-    if settings.wireguard and (why := wireguard_pod.conflict(spec)) is not None:
+    if (why := wireguard_pod.prepare(spec, STATUS in _annotations(pod), settings.wireguard)) is not None:
         raise Refused(why)
     mounted_before = False
     for key, i in reversed(_ours(spec)):  # re-injection: ours is rebuilt, in first place
@@ -298,6 +296,9 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
             warnings.append("classic sidecar: the pod's init containers run before the resolver and "
                             "cannot resolve names")
     ndots_from_settings = _dns(pod, namespace, settings, warnings)
+    vpn = vpn_container.advice(spec, settings.plan)
+    if vpn:
+        warnings.append(vpn)
     _sysctl(spec)
     if settings.wireguard:
         wireguard_pod.add(spec, container, settings.image, settings.vpn_image, settings.vpn_secret,

@@ -149,9 +149,11 @@ def routes_from_corefile(model: corefile_model.Model) -> list[Route]:
 def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: ClusterDNS | None,
           probes: Sequence[str] = (), *, resolver: str = "splitdns", namespace: str = "default",
           cluster_domain: str = "cluster.local", ndots: int = 5,
-          management: str = DEFAULT_MANAGEMENT, cluster_wide: bool = False, vpn: str | None = None) -> Plan:
+          management: str = DEFAULT_MANAGEMENT, cluster_wide: bool = False,
+          reads_cluster: bool = True, vpn: str | None = None) -> Plan:
     """Merge the inputs: flags override a Corefile; the cluster DNS fills the cluster zone and `.`.
-    `cluster_wide`: the private zones only, for the cluster's own CoreDNS (no cluster DNS needed)."""
+    `cluster_wide`: the private zones only, for the cluster's own CoreDNS (no cluster DNS needed).
+    `reads_cluster`: whether the command has --cluster-dns-from-cluster, to suggest it."""
     domain = zone_name(cluster_domain)
     by_zone: dict[str, Route] = {r.zone: r for r in corefile_routes}
     for flag in zone_flags:
@@ -168,8 +170,9 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
         for zone in (domain, "."):
             by_zone.setdefault(zone, Route(zone, (cluster.address,), cluster.source))
     if "." not in by_zone:
-        raise PlanError("no upstream for the catch-all zone `.`: give --cluster-dns IP, "
-                        "--cluster-dns-from-cluster (reads kube-system/kube-dns), or --zone .=IP")
+        read = "--cluster-dns-from-cluster (reads kube-system/kube-dns), " if reads_cluster else ""
+        raise PlanError(f"no upstream for the catch-all zone `.`: give --cluster-dns IP, {read}"
+                        "or --zone .=IP")
     probe_for = dict(_probe_flag(p) for p in probes)
     default_probe = {domain: f"kubernetes.default.svc.{domain.rstrip('.')}"}
     ordered = sorted(by_zone.values(), key=lambda r: (r.zone == ".", r.zone == domain, r.zone))

@@ -37,18 +37,35 @@ class DNSContainer:
         return "coredns" if "coredns" in str(self.container.get("image", "")) else "splitdns"
 
 
+# splitdns commands that are not the resolver: the image runs them too (the webhook's Deployment,
+# a verify or doctor Job), and such a container has no port 53 to bind nor a resolv.conf to own.
+_NOT_RESOLVER = frozenset(("webhook", "doctor", "render", "check", "inject", "verify", "explain",
+                           "openvpn-hook", "wireguard-shim"))
+
+
 def dns_containers(spec: dict[str, Any]) -> Iterator[DNSContainer]:
-    """Containers that run the in-pod resolver: our image, CoreDNS's, or anything given `-conf`."""
+    """Containers that run the in-pod resolver: our image, CoreDNS's, or anything given `-conf`;
+    not our image running another of its commands."""
     for key in ("initContainers", "containers"):
         for i, c in enumerate(spec.get(key) or []):
             if not isinstance(c, dict):
                 continue
             image = str(c.get("image", ""))
             argv = [str(a) for a in (c.get("command") or []) + (c.get("args") or [])]
-            if argv[:1] == ["splitdns"] and argv[1:2] != ["serve"]:
-                continue  # our image running another command (the WireGuard shim's init container)
+            if _splitdns_command(c) in _NOT_RESOLVER:
+                continue
             if "splitdns" in image or "coredns" in image or "-conf" in argv or "--conf" in argv:
                 yield DNSContainer(c, key, i)
+
+
+def _splitdns_command(c: dict[str, Any]) -> str | None:
+    """The splitdns command a container's `command` runs (`splitdns webhook ...`, `python -m splitdns
+    verify ...`), or None when its command is not splitdns (the image's entrypoint is `serve`)."""
+    words = [str(w) for w in c.get("command") or []] + [str(w) for w in c.get("args") or []]
+    for i, word in enumerate(words[:-1]):
+        if word.rsplit("/", 1)[-1] in ("splitdns", "kubectl-splitdns"):
+            return words[i + 1]
+    return None
 
 
 def resolv_conf(w: Workload) -> PodResolvConf:

@@ -1,5 +1,6 @@
 """Offline validation of manifests against the Kubernetes JSON schema of one version, strict (an
-unknown field, such as a typo, fails), through kubernetes-validate's bundled schemas.
+unknown field, such as a typo, fails), through kubernetes-validate's bundled schemas; the custom
+resources our manifests use against their vendored CRDs (kube/custom_resources.py).
 """
 
 from __future__ import annotations
@@ -51,9 +52,29 @@ def validate(file: str, doc: Document, version: tuple[int, int]) -> list[Finding
         message = (f"{value.get('kind')} {_name(value)}: Kubernetes {version[0]}.{version[1]}: "
                    f"{where}: {err.message}")
         return [Finding(file, doc.line(path), "SD401", message)]
-    except kubernetes_validate.SchemaNotFoundError as err:
-        return [Finding(file, doc.first_line, "SD401", err.message)]
+    except kubernetes_validate.SchemaNotFoundError:
+        return _custom_resource(file, doc, value, version)
     return []
+
+
+def _custom_resource(file: str, doc: Document, value: dict[str, Any],
+                     version: tuple[int, int]) -> list[Finding]:
+    """A kind the core API does not have: checked against its vendored CRD where we have it (the
+    cert-manager kinds our manifests use), else said plainly to be unchecked, as a note: calling a
+    fine manifest an error would be a false alarm."""
+    from splitdns.kube import custom_resources
+
+    if (value.get("apiVersion"), value.get("kind")) in custom_resources.known():
+        out = []
+        for path, message in custom_resources.errors(value, version):
+            where = ".".join(str(p) for p in path) or "(top level)"
+            out.append(Finding(file, doc.line(path), "SD401", f"{value.get('kind')} {_name(value)}: "
+                               f"{value.get('apiVersion')} (its CRD, as vendored): {where}: {message}"))
+        return out
+    return [Finding(file, doc.first_line, "SD403",
+                        f"{value.get('kind')} {_name(value)} ({value.get('apiVersion')}) is not validated: "
+                        f"the Kubernetes {version[0]}.{version[1]} schemas have no such kind "
+                        "(a custom resource's schema is its CRD, in the cluster)")]
 
 
 def _name(value: dict[str, Any]) -> str:

@@ -142,6 +142,14 @@ def conflict(spec: Doc) -> str | None:
     return None
 
 
+def prepare(spec: Doc, injected_before: bool, wanted: bool) -> str | None:
+    """Ours from an earlier injection out (rebuilt by `add`, or gone with the settings); then why
+    the pod cannot take the sidecar, if it is wanted and cannot."""
+    if injected_before:
+        remove(spec)
+    return conflict(spec) if wanted else None
+
+
 def add(spec: Doc, resolver: Doc, image: str, vpn_image: str, secret: str, sidecar: str) -> None:
     """After the resolver (already in place): the shim, the wireguard container, volumes, sysctl."""
     mount = {"name": RUN_VOLUME, "mountPath": RUN_DIR, "readOnly": True}

@@ -13,6 +13,7 @@ import contextlib
 import functools
 import hashlib
 import json
+import os
 import random
 import secrets
 import signal
@@ -161,8 +162,9 @@ class Runtime:
             except OSError as err:
                 for srv in self._http:
                     srv.close()
+                reason = os.strerror(err.errno) if err.errno else err.strerror  # not asyncio's wording
                 raise OSError(err.errno, f"cannot listen for HTTP on {host_port(host or '*', port)}: "
-                                         f"{err.strerror}") from None
+                                         f"{reason}") from None
 
     def _zones_for_metrics(self) -> list[tuple[str, Zone]]:
         out = []

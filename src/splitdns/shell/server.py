@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import random
 import secrets
 import socket
@@ -108,8 +109,10 @@ class Server:
                 for new in opened:
                     if new not in keep.values():
                         self._close_listener(new)
-                raise OSError(err.errno, f"cannot listen on {listener.label}: {err.strerror}") \
-                    from None
+                # The system's words for the errno: asyncio's own ("error while attempting to bind
+                # on address ('127.0.0.1', 53): ...") would show a Python tuple to the user.
+                reason = os.strerror(err.errno) if err.errno else err.strerror
+                raise OSError(err.errno, f"cannot listen on {listener.label}: {reason}") from None
             opened.append(listener)
         self.listeners = opened
 

@@ -86,15 +86,21 @@ def _local(opts: Options, phase: str) -> Run:
         resolv = f"# cannot read {opts.resolv_conf}: {err.strerror}\n"
     names, transcripts, views = [], [], []
     for name in opts.names:
-        check, texts = checks.check_name(name, opts.server, opts.port, cfg)
+        check, texts = checks.check_name(name, opts.server, opts.port, cfg, _progress)
         names.append(check)
         transcripts += texts
         views.append(_view(check, cfg))
     answered = any(c.rcode is not None for c in names)
     by_name = {c.name.rstrip(".") + ".": c for c in names}
     tcp = [checks.check_tcp(t, by_name, opts.server, opts.port) for t in opts.tcp] if answered else []
-    obs = diagnosis.Observation(phase, resolv, answered, tuple(names), tuple(tcp))
+    obs = diagnosis.Observation(phase, resolv, answered, tuple(names), tuple(tcp), opts.server, opts.port)
     return Run(obs, transcripts, views, started)
+
+
+def _progress(line: str) -> None:
+    """A zone whose server does not answer costs seconds: say what verify waits on, on stderr, so the
+    verdict and the artifact's paths stay alone on stdout."""
+    print(f"verify: {line}", file=sys.stderr, flush=True)
 
 
 def _view(check: diagnosis.NameCheck, cfg: config.Config | None) -> str:
@@ -127,6 +133,7 @@ def _remote(opts: Options, phase: str) -> Run:
         inner += ["--tcp", target]
     if opts.conf:
         inner += ["-conf", opts.conf]
+    _progress(f"{phase}: running the checks in {opts.kubectl} (kubectl exec) ...")
     out = _kubectl(opts, ["exec", *_where(opts), opts.kubectl or "", "--", *inner])
     try:
         run = _run_from_json(json.loads(out))

@@ -6,6 +6,7 @@ import contextlib
 import ipaddress
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import dns.edns
@@ -18,11 +19,14 @@ import dns.rdatatype
 
 from splitdns import config
 from splitdns.codec import wire
-from splitdns.commands.verify.diagnosis import NameCheck, TcpCheck
+from splitdns.commands.verify.diagnosis import NO_ANSWER, REFUSED, NameCheck, TcpCheck
 from splitdns.core.routing import Router
 from splitdns.core.zone import Zone
 
 TIMEOUT = 2.0
+# Through the resolver, wait longer than its own deadline for a miss (CoreDNS's 5 s, which serve
+# keeps): its SERVFAIL, with the reason in an EDE, says more than our own timeout would.
+RESOLVER_TIMEOUT = 6.0
 
 
 @dataclass(frozen=True)
@@ -33,6 +37,11 @@ class Asked:
     answers: tuple[str, ...]
     ede: str
     transcript: str
+    failure: str = NO_ANSWER  # without an rcode: NO_ANSWER (timed out), REFUSED, or the error
+
+    @property
+    def outcome(self) -> str:
+        return self.rcode or self.failure
 
 
 def ask(name: str, server: str, port: int, qtype: str = "A", timeout: float = TIMEOUT) -> Asked:
@@ -40,15 +49,18 @@ def ask(name: str, server: str, port: int, qtype: str = "A", timeout: float = TI
     started, when = time.perf_counter(), time.strftime("%a %b %d %H:%M:%S %Z %Y")
     header = f"; <<>> splitdns verify <<>> @{server} -p {port} {name} {qtype}\n"
     try:
-        reply = dns.query.udp(query, server, port=port, timeout=timeout)
+        reply = _udp(query, server, port, timeout)
         proto = "UDP"
         if reply.flags & dns.flags.TC:
             reply = dns.query.tcp(query, server, port=port, timeout=timeout)
             proto = "TCP"
     except (dns.exception.Timeout, OSError) as err:
-        why = "timed out" if isinstance(err, dns.exception.Timeout) else str(err)
+        timed_out = isinstance(err, dns.exception.Timeout | TimeoutError)
+        why = "timed out" if timed_out else (getattr(err, "strerror", None) or str(err))
         text = f"{header};; communications error to {server}#{port}: {why}\n;; no servers could be reached\n"
-        return Asked(None, (), "", text)
+        # A refusal (ICMP port unreachable) proves the way there and back works; a timeout does not.
+        failure = REFUSED if isinstance(err, ConnectionRefusedError) else NO_ANSWER if timed_out else why
+        return Asked(None, (), "", text, failure)
     except dns.exception.DNSException as err:
         return Asked(None, (), "", f"{header};; malformed reply from {server}#{port}: {err}\n")
     elapsed = time.perf_counter() - started
@@ -57,6 +69,29 @@ def ask(name: str, server: str, port: int, qtype: str = "A", timeout: float = TI
     ede = "; ".join(o.text or "" for o in reply.options if isinstance(o, dns.edns.EDEOption))
     return Asked(dns.rcode.to_text(reply.rcode()), answers, ede,
                  header + dig_text(reply, server, port, proto, elapsed, when))
+
+
+def _udp(query: dns.message.Message, server: str, port: int, timeout: float) -> dns.message.Message:
+    """One exchange on a connected socket, so that a port nobody listens on is a refusal at once
+    (ICMP port unreachable), not a timeout: a refusal proves the way there and back works."""
+    family = socket.AF_INET6 if ":" in server else socket.AF_INET
+    deadline = time.monotonic() + timeout
+    with socket.socket(family, socket.SOCK_DGRAM) as sock:
+        sock.connect((server, port))
+        sock.send(query.to_wire())
+        while (left := deadline - time.monotonic()) > 0:
+            sock.settimeout(left)
+            try:
+                data = sock.recv(65535)
+            except TimeoutError:
+                break
+            try:
+                reply = dns.message.from_wire(data)
+            except dns.exception.DNSException:
+                continue  # not a reply we can read: keep waiting for the real one, as dig does
+            if query.is_response(reply):
+                return reply
+    raise TimeoutError(f"no reply within {timeout} s")
 
 
 def dig_text(reply: dns.message.Message, server: str, port: int, proto: str, elapsed: float,
@@ -81,19 +116,32 @@ def dig_text(reply: dns.message.Message, server: str, port: int, proto: str, ela
     return "\n".join(lines)
 
 
-def check_name(name: str, server: str, port: int, cfg: config.Config | None) -> tuple[NameCheck, list[str]]:
-    """Ask through the resolver; when it fails, also ask the owning upstream directly."""
-    asked = ask(name, server, port)
-    transcripts = [asked.transcript]
+def _quiet(line: str) -> None:
+    pass
+
+
+def check_name(name: str, server: str, port: int, cfg: config.Config | None,
+               progress: Callable[[str], None] = _quiet) -> tuple[NameCheck, list[str]]:
+    """Ask through the resolver; when it fails, also ask the owning upstream directly, which tells
+    an upstream that answers without the name (naming) from one that cannot be reached (routing)."""
     zone, upstreams = owner(name, cfg)
+    progress(f"asking {name}" + (f" (zone {zone})" if zone else "") + f" through {server}:{port} ...")
+    asked = ask(name, server, port, timeout=RESOLVER_TIMEOUT)
+    transcripts = [asked.transcript]
     direct = None
     resolved = asked.rcode == "NOERROR" and asked.answers
-    if not resolved and asked.rcode is not None and upstreams and "tunnel is down" not in asked.ede:
+    # Not when the resolver refused outright: it is not running, and that verdict comes first.
+    if not resolved and upstreams and asked.failure != REFUSED and "tunnel is down" not in asked.ede:
         host, _, up_port = upstreams[0].rpartition(":")
-        direct_asked = ask(name, host.strip("[]"), int(up_port))
-        direct = direct_asked.rcode or "no answer"
+        progress(f"  {asked.outcome}; asking its upstream {upstreams[0]} directly ...")
+        direct_asked = ask(name, host.strip("[]"), int(up_port), timeout=TIMEOUT)
+        direct = direct_asked.outcome
         transcripts.append(direct_asked.transcript)
-    return NameCheck(name, asked.rcode, asked.answers, asked.ede, zone, tuple(upstreams), direct), transcripts
+        progress(f"  the upstream: {direct}")
+    else:
+        progress(f"  {asked.outcome}" + (f" {', '.join(asked.answers)}" if asked.answers else ""))
+    check = NameCheck(name, asked.rcode, asked.answers, asked.ede, zone, tuple(upstreams), direct)
+    return check, transcripts
 
 
 def owner(name: str, cfg: config.Config | None) -> tuple[str | None, list[str]]:

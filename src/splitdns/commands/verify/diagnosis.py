@@ -29,6 +29,17 @@ ROUTING_HINTS = (
 )
 
 
+# What a direct query to a zone's upstream got when no rcode came back (checks.ask says which).
+NO_ANSWER, REFUSED = "no answer", "refused"
+
+UNREACHABLE_HINTS = (
+    "The resolver's queries for this zone leave through the tunnel and no reply comes back; asked "
+    "directly from here, its DNS server does not answer either. Names are not the problem: the way "
+    "to that server and back is.",
+    *ROUTING_HINTS[1:],
+)
+
+
 @dataclass(frozen=True)
 class NameCheck:
     name: str
@@ -58,6 +69,8 @@ class Observation:
     resolver_answers: bool
     names: tuple[NameCheck, ...] = ()
     tcp: tuple[TcpCheck, ...] = ()
+    server: str = "127.0.0.1"    # where the resolver was asked
+    port: int = 53
 
     @property
     def nameservers(self) -> list[str]:
@@ -94,9 +107,9 @@ def diagnose(observations: list[Observation]) -> Verdict:
 
 def _one(obs: Observation) -> Verdict:
     if not obs.resolver_answers:
-        return Verdict(RESOLVER_DOWN, "The resolver is not answering on 127.0.0.1",
-                       f"{obs.phase}: no reply from 127.0.0.1:53. Is the DNS container running, and "
-                       "did it bind 127.0.0.1 (its log says why not)?",
+        return Verdict(RESOLVER_DOWN, f"The resolver is not answering on {obs.server}:{obs.port}",
+                       f"{obs.phase}: no reply from {obs.server}:{obs.port}. Is the DNS container "
+                       f"running, and did it bind {obs.server} port {obs.port} (its log says why not)?",
                        ("kubectl logs <pod> -c dns", "Port 53 as non-root needs the "
                         "net.ipv4.ip_unprivileged_port_start=53 pod sysctl."))
     if obs.nameservers != ["127.0.0.1"]:
@@ -109,6 +122,13 @@ def _one(obs: Observation) -> Verdict:
                            f"{check.name}: {check.rcode}, the resolver says: {check.ede}",
                            ("kubectl logs <pod> -c vpn", "The resolver answers this zone at once "
                             "while the tunnel is down; other zones are not affected."))
+    for check in obs.names:
+        if not check.resolved and check.direct == NO_ANSWER:
+            return Verdict(ROUTING, f"The DNS server of zone {check.zone} does not answer and cannot be "
+                                    "reached: this is routing", _unreachable_detail(check), UNREACHABLE_HINTS)
+        if not check.resolved and check.direct == REFUSED:
+            return Verdict(SERVICE_DOWN, f"The DNS server of zone {check.zone} is reachable, but nothing "
+                                         "listens on its DNS port", _unreachable_detail(check), ())
     for check in obs.names:
         if not check.resolved:
             where = f"in zone {check.zone}" if check.zone else f"for {check.name}"
@@ -151,6 +171,21 @@ def _pod_spec_detail(obs: Observation) -> str:
             "wrote it (dnsPolicy ClusterFirst), so queries bypass the split resolver.")
 
 
+def _unreachable_detail(check: NameCheck) -> str:
+    got = "no answer" if check.rcode is None else check.rcode
+    parts = [f"{check.name}: {got} through the resolver"]
+    if check.ede:
+        parts.append(f"the resolver says: {check.ede}")
+    ups = ", ".join(check.upstreams)
+    if check.direct == REFUSED:
+        parts.append(f"asked directly, {ups} refuses (port unreachable): the host is there, its DNS "
+                     "server is not running or not listening on that address and port")
+    else:
+        parts.append(f"asked directly, {ups} does not answer: the zone's DNS server does not answer and "
+                     "cannot be reached from here")
+    return "; ".join(parts)
+
+
 def _naming_detail(check: NameCheck) -> str:
     got = "no answer" if check.rcode is None else (
         f"{check.rcode} with no address" if check.rcode == "NOERROR" else check.rcode)
@@ -164,6 +199,6 @@ def _naming_detail(check: NameCheck) -> str:
         if check.direct == "NOERROR":
             parts.append("asked directly, the upstream answers: look at the resolver (its log)")
         else:
-            parts.append(f"asked directly, the upstream gives {check.direct}: the problem is the "
-                         "upstream or the way to it")
+            parts.append(f"asked directly, the upstream gives {check.direct}: the DNS server answers, "
+                         "but not with that name")
     return "; ".join(parts)
