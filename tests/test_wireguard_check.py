@@ -138,3 +138,13 @@ def test_a_catch_all_that_follows_wireguard_is_the_tunnel_owning_everything(tmp_
     found = lint.check([str(tmp_path / "Corefile")], lint.Options())
     assert [(f.line, f.code) for f in found] == [(2, "SD104")]
     assert "the `.` block takes its upstreams from WireGuard" in found[0].message
+
+
+def test_no_dns_address_for_a_wireguard_block_is_an_error_and_fine_without_one(tmp_path: Path) -> None:
+    no_dns = GOOD.replace("DNS = 192.168.240.1, svc.acme.internal\n", "")
+    found = check(tmp_path, no_dns)
+    assert codes(found) == [(1, "SD306")]
+    assert f"the `wireguard` block at {tmp_path / 'Corefile'}:5" in found[0].message
+    # A Corefile that forwards the zone to a fixed address does not need the line.
+    assert check(tmp_path, no_dns, COREFILE.replace(
+        "wireguard {\n        resolvconf /run/splitdns\n    }", "forward . 192.168.240.1")) == []

@@ -147,6 +147,12 @@ _TABLE = (
          "the pod; the last handshake ages and the resolver reads the tunnel as down until traffic "
          "comes.",
          "add PersistentKeepalive = 25 to the [Peer]."),
+    Code("SD306", ERROR, "WireGuard config without a DNS = address for a `wireguard` block",
+         "the block forwards to the servers of the DNS = line; without one, wg-quick hands nothing to "
+         "resolvconf and the tunnel zone never answers (a rendered pod never gets past the WireGuard "
+         "sidecar's startup probe).",
+         "add `DNS = ADDRESS` (the DNS server behind the tunnel, with the zone's names after it) to the "
+         "[Interface]."),
     # Manifests.
     Code("SD401", ERROR, "manifest does not match the Kubernetes schema",
          "the API server of that version rejects it (strict: unknown fields such as typos fail too).",

@@ -25,6 +25,7 @@ class WgConfig:
     path: str
     dns: list[tuple[str, int]] = field(default_factory=list)  # (address, line); names are search domains
     peers: list[Peer] = field(default_factory=list)
+    interface_line: int = 1
 
     def behind_tunnel(self, address: str) -> bool:
         """A DNS server of the `DNS =` line, or an address routed into the tunnel by a narrower
@@ -49,6 +50,8 @@ def parse(text: str, path: str) -> WgConfig:
         line = raw.split("#", 1)[0].strip()
         if line.startswith("[") and line.endswith("]"):
             section = line[1:-1].strip().lower()
+            if section == "interface":
+                conf.interface_line = number
             if section == "peer":
                 conf.peers.append(Peer(number))
             continue

@@ -1,5 +1,6 @@
-"""WireGuard config checks (codes SD302-SD305): AllowedIPs that take the cluster's addresses, a
-`DNS =` that is the in-pod resolver itself, no PersistentKeepalive. (An Endpoint only the tunnel
+"""WireGuard config checks (codes SD302-SD306): AllowedIPs that take the cluster's addresses, a
+`DNS =` that is the in-pod resolver itself, no PersistentKeepalive, no `DNS =` address at all
+for a `wireguard` block. (An Endpoint only the tunnel
 can resolve is lint.py's, beside OpenVPN's `remote`: it needs the Corefile's routing.)
 
 What the cluster's addresses are comes from the pod-side Corefiles given with the config: the
@@ -55,9 +56,15 @@ def cluster_ranges(inputs: Inputs) -> list[ClusterRange]:
 def check(inputs: Inputs) -> list[Finding]:
     out: list[Finding] = []
     ranges = cluster_ranges(inputs)
+    learners = [f"{src.file}:{src.line(st.where)}" for src in inputs.corefiles if src.context == POD
+                for b in src.model.blocks if (st := b.directive("wireguard")) is not None]
     for conf in inputs.wireguard_configs:
         out += _allowed_ips(conf, ranges)
         out += _dns_loop(conf)
+        if learners and not conf.dns:
+            out.append(Finding(conf.path, conf.interface_line, "SD306",
+                               f"no DNS = address, but the `wireguard` block at {learners[0]} takes its "
+                               "upstreams from it: the tunnel zone would never answer"))
         for peer in conf.peers:
             if not peer.keepalive:
                 out.append(Finding(conf.path, peer.line, "SD305",
