@@ -4,6 +4,8 @@ strictly valid for every Kubernetes version we render for, and the Corefile that
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -105,7 +107,6 @@ def test_openvpn_stays_as_it_was() -> None:
 @pytest.mark.parametrize(("args", "error"), [
     (["--vpn", "openvpn"], "--vpn openvpn, but zone svc.acme.internal. is learned from wireguard"),
     (["--zone", "corp.example=openvpn"], "zones learned from both OpenVPN and WireGuard"),
-    (["--form", "component"], "--form component does not add the WireGuard sidecar"),
 ])
 def test_contradictions_are_refused_with_a_reason(args: list[str], error: str) -> None:
     with pytest.raises(PlanError) as err:
@@ -179,3 +180,61 @@ def test_the_rendered_pod_and_a_good_config_check_clean(tmp_path: Path) -> None:
                     "AllowedIPs = 192.168.240.0/24\nEndpoint = 203.0.113.9:51820\nPersistentKeepalive = 25\n")
     found = lint.check([str(good), str(tmp_path / "splitdns.yaml")], lint.Options(kube_version=(1, 33)))
     assert [f.text(False) for f in found] == []
+
+
+BASE = """apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: shop-api
+spec:
+  replicas: 1
+  selector:
+    matchLabels: {app: shop-api}
+  template:
+    metadata:
+      labels: {app: shop-api}
+    spec:
+      securityContext:
+        sysctls:
+          - {name: net.ipv4.ip_local_port_range, value: "20000 60999"}
+      containers:
+        - name: api
+          image: registry.example.com/shop/api:2.4.1
+"""
+
+
+def test_the_component_adds_the_sidecar_and_both_sysctls_with_kubectl_kustomize(tmp_path: Path) -> None:
+    """The pod's own sysctl stays; ours are appended by replacements (a strategic merge would
+    replace the list). Built by a real kustomize where a kubectl of 1.21 or later is installed."""
+    from tests.test_render import kubectl_without_components
+
+    reason = kubectl_without_components()
+    if reason is not None:
+        pytest.skip(reason)
+    parts = {"base/deployment.yaml": BASE, "base/kustomization.yaml": "resources:\n  - deployment.yaml\n",
+             "overlay/kustomization.yaml": "resources:\n  - ../base\ncomponents:\n  - ../splitdns\n"}
+    for part, text in parts.items():
+        (tmp_path / part).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / part).write_text(text)
+    files = render.files(request("render", *ZONES, "--namespace", "shop", "--form", "component",
+                                 "--name", "shop-api"))
+    (tmp_path / "splitdns").mkdir()
+    (tmp_path / "splitdns" / "kustomization.yaml").write_text(files["kustomization.yaml"])
+    # No cluster is involved: KUBECONFIG points nowhere, so kubectl cannot reach one by accident.
+    env = {**os.environ, "KUBECONFIG": str(tmp_path / "none")}
+    built = subprocess.run(["kubectl", "kustomize", str(tmp_path / "overlay")], capture_output=True,
+                           text=True, env=env, timeout=30, check=True).stdout
+    docs = list(yaml.safe_load_all(built))
+    for version in VERSIONS:
+        for doc in docs:
+            kubernetes_validate.validate(doc, version, strict=True)
+    spec = pod_spec(docs)
+    assert [c["name"] for c in spec["initContainers"]] == ["dns", wireguard_pod.SHIM_CONTAINER, "wireguard"]
+    assert spec["securityContext"]["sysctls"] == [
+        {"name": "net.ipv4.ip_local_port_range", "value": "20000 60999"},
+        {"name": "net.ipv4.ip_unprivileged_port_start", "value": "53"},
+        {"name": "net.ipv4.conf.all.src_valid_mark", "value": "1"}]
+    (tmp_path / "built.yaml").write_text(built)
+    found = lint.check([str(tmp_path / "built.yaml")], lint.Options(kube_version=(1, 33)))
+    assert [f.text(False) for f in found] == []
+

@@ -15,7 +15,7 @@ from splitdns import __version__
 from splitdns.kube import corefiles, inject, manifests, wireguard_pod, yamlio
 from splitdns.kube.image import DEFAULT_IMAGE
 from splitdns.kube.manifests import Options
-from splitdns.kube.plan import WIREGUARD, Plan, PlanError
+from splitdns.kube.plan import WIREGUARD, Plan
 
 Doc = dict[str, Any]
 
@@ -100,6 +100,9 @@ def patch_doc(plan: Plan, opts: Options) -> Doc:
     del spec["securityContext"]  # only the sysctl, which the replacement adds
     dns = next(c for c in spec[manifests.containers_key(opts)] if c["name"] == inject.MOUNTED_CONTAINER)
     dns["env"] = [dict(inject.PORT_SYSCTL)]  # the replacement's source: a {name, value} pair, quoted "53"
+    for c in spec.get(manifests.containers_key(opts), []):
+        if c["name"] == wireguard_pod.CONTAINER:  # the same for its sysctl (wireguard_pod.replacement)
+            c["env"].append(dict(wireguard_pod.SRC_VALID_MARK))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -146,15 +149,14 @@ def wireguard_steps(plan: Plan) -> list[str | list[str]]:
 
 
 def component(plan: Plan, opts: Options) -> dict[str, str]:
-    if plan.vpn == WIREGUARD:
-        raise PlanError("--form component does not add the WireGuard sidecar (its pod sysctl cannot be "
-                        "merged by a kustomize patch yet): use --form deployment, or `splitdns inject "
-                        "--vpn wireguard` on your Deployment")
     corefile = corefiles.in_pod(plan)
     patch_text = yamlio.dump(patch_doc(plan, opts))
     doc = manifests.component(plan, opts, corefile, patch_text)
     before: list[str | list[str]] = []
-    if any(r.tunnel for r in plan.routes):
+    if plan.vpn == WIREGUARD:
+        doc["replacements"].append(wireguard_pod.replacement(opts.name, manifests.containers_key(opts)))
+        before = wireguard_steps(plan)
+    elif any(r.tunnel for r in plan.routes):
         host, _, port = plan.management.rpartition(":")
         before.append(f"The VPN container of {opts.name} runs OpenVPN with --management {host} {port} "
                       "--management-up-down --management-hold (the resolver learns the pushed DNS there).")

@@ -168,3 +168,19 @@ def add(spec: Doc, resolver: Doc, image: str, vpn_image: str, secret: str, sidec
     spec["volumes"] = [*(spec.get("volumes") or []), *volumes(secret)]
     sc = spec.setdefault("securityContext", {})
     sc["sysctls"] = [*(sc.get("sysctls") or []), dict(SRC_VALID_MARK)]
+
+
+def replacement(deployment: str, key: str) -> Doc:
+    """The component's kustomize replacement that appends the sysctl to the Deployment's own (a
+    strategic merge would replace that list), copied from the wireguard container's env, as
+    `manifests.sysctl_replacement` does for the port sysctl."""
+    name = SRC_VALID_MARK["name"]
+    return {
+        "source": {"kind": "Deployment", "name": deployment,
+                   "fieldPath": f"spec.template.spec.{key}.[name={CONTAINER}].env.[name={name}]"},
+        "targets": [{
+            "select": {"kind": "Deployment", "name": deployment},
+            "fieldPaths": [f"spec.template.spec.securityContext.sysctls.[name={name}]"],
+            "options": {"create": True},
+        }],
+    }
