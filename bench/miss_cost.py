@@ -4,9 +4,10 @@
 
 In process, no sockets, no event loop: each miss makes the calls the UDP miss path makes
 (shell/udp.py, shell/misses.py) around its I/O, from the client's query to the client's
-reply: read the query, route it, miss the cache, `begin`, `depart`, the exchange's first
-`Send`, the upstream query, the reply's match and read, `answered`, `settle` (clean, store),
-`land`, `finish` (render), the counters. The upstream's reply to each new name is made
+reply: read the query, route it, miss the cache, `begin`, `depart`, the flight's `start`
+(its exchange's first `Send`), the upstream query, the reply's match and read, the flight's
+`answered` (the upstream's latency counted, the outcome cleaned and stored, the flight
+landed), `finish` (render), the counters. The upstream's reply to each new name is made
 beforehand by dnspython, as a minimal one (NSD with `minimal-responses`, as bench.run's
 upstream): the answer and the OPT record.
 
@@ -34,7 +35,9 @@ import dns.rrset
 from splitdns import config
 from splitdns.codec import reply as replies
 from splitdns.codec import wire
-from splitdns.core.exchange import Exchange
+from splitdns.core.decisions import Forward, Settled
+from splitdns.core.exchange import Send
+from splitdns.core.flight import Flight
 from splitdns.core.routing import Router
 from splitdns.core.zone import Zone
 
@@ -78,17 +81,14 @@ class Lap:
             raise SystemExit("a name was asked twice: the figures would mix hits in")
         decided = zone.walk(q, now)
         flight = zone.depart(q, decided, 1000)  # type: ignore[arg-type]
-        exchange = Exchange(flight.asking, now, self.rng)  # type: ignore[union-attr]
-        step = exchange.start()
+        step = flight.start(now, self.rng, router.route)  # type: ignore[union-attr]
         sent = wire.upstream_query(flight.forward.asked, UPSTREAM_ID)  # type: ignore[union-attr]
         qlen = len(q.question)
         if not wire.reply_matches(sent, upstream_reply, qlen):
             raise SystemExit("the prepared reply does not match the query sent")
         reply = replies.read_matched(upstream_reply, qlen)
         assert reply is not None
-        done = exchange.answered(step, reply, now)  # type: ignore[arg-type]
-        settled = zone.settle(flight, done, now, router.route)  # type: ignore[arg-type]
-        zone.land(flight)  # type: ignore[arg-type]
+        settled = flight.answered(step, reply, now)  # type: ignore[arg-type, union-attr]
         answer = zone.finish(q, decided, settled.done, settled.entry, now)  # type: ignore[arg-type, union-attr]
         zone.stats.answered("udp", "ipv4", q.qtype, answer.reply, 0.0001)
         return answer.reply
@@ -114,32 +114,46 @@ def steps(sample: tuple[bytes, bytes]) -> list[tuple[str, float]]:
     q = wire.parse_query(data)
     assert q is not None and zone.cache is not None
     decided = zone.walk(q, now)
-    flight = zone.depart(q, decided, 1000)  # type: ignore[arg-type]
-    exchange = Exchange(flight.asking, now, lap.rng)  # type: ignore[union-attr]
-    step = exchange.start()
+    assert isinstance(decided, Forward)
     sent = wire.upstream_query(q, UPSTREAM_ID)
     reply = replies.read_matched(upstream_reply, len(q.question))
     assert reply is not None
-    done = exchange.answered(step, reply, now)  # type: ignore[arg-type]
-    settled = zone.settle(flight, done, now, router.route)  # type: ignore[arg-type]
-    assert settled.entry is not None  # type: ignore[union-attr]
+
+    def flight() -> Flight:
+        departed = zone.depart(q, decided, 1000)
+        assert isinstance(departed, Flight)
+        return departed
 
     def departed() -> None:
-        zone.land(zone.depart(q, decided, 1000))  # type: ignore[arg-type]
+        flight().abandon()
 
+    def started() -> None:
+        f = flight()
+        f.start(now, lap.rng, router.route)
+        f.abandon()
+
+    def answered() -> Settled:
+        f = flight()
+        step = f.start(now, lap.rng, router.route)
+        assert isinstance(step, Send)
+        settled = f.answered(step, reply, now)
+        assert isinstance(settled, Settled)
+        return settled
+
+    settled = answered()
+    assert settled.entry is not None
     calls: list[tuple[str, Callable[[], object]]] = [
         ("read the query (wire.parse_query)", lambda: wire.parse_query(data)),
         ("route", lambda: router.route(q.name)),
         ("cache lookup (a miss)", lambda: zone.cache.get(b"\x01x" + q.key, now)),  # type: ignore[union-attr]
         ("begin", lambda: zone.walk(q, now)),
-        ("depart + land", departed),
-        ("Exchange + start", lambda: Exchange(flight.asking, now, lap.rng).start()),  # type: ignore[union-attr]
+        ("depart + abandon", departed),
+        ("depart + start + abandon", started),
         ("upstream query", lambda: wire.upstream_query(q, UPSTREAM_ID)),
         ("match the reply", lambda: wire.reply_matches(sent, upstream_reply, len(q.question))),
         ("read the reply", lambda: replies.read_matched(upstream_reply, len(q.question))),
-        ("answered", lambda: exchange.answered(step, reply, now)),  # type: ignore[arg-type]
-        ("settle (store included)", lambda: zone.settle(flight, done, now, router.route)),  # type: ignore[arg-type]
-        ("finish (render)", lambda: zone.finish(q, decided, settled.done, settled.entry, now)),  # type: ignore[arg-type, union-attr]
+        ("depart + start + answered (settle, land)", answered),
+        ("finish (render)", lambda: zone.finish(q, decided, settled.done, settled.entry, now)),
         ("count the answer", lambda: zone.stats.answered("udp", "ipv4", 1, upstream_reply, 0.0001)),
     ]
     number = 20_000
@@ -161,7 +175,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{a.misses} new names; median {statistics.median(figures):.2f} us)")
     if a.steps:
         for label, micros in steps(misses[0]):
-            print(f"  {label:36s} {micros:6.2f} us")
+            print(f"  {label:42s} {micros:6.2f} us")
     return 0
 
 

@@ -4,7 +4,8 @@ An in-process server (to see which path carried the miss) in front of scripted u
 processes on 127.0.0.x, asked by real UDP and TCP clients. The hostile suites
 (test_hostile_*.py) run the same path through `splitdns serve`; these tests pin what is
 particular to it: that it is the path taken, forgeries dropped while it waits, failover on
-its timer, TCP after truncation, merging with the coroutine path, a bug of ours answered.
+its timer, TCP after truncation, merging with the coroutine path, a bug of ours answered
+and a stop answering nobody, on either path, each landing its flight once.
 """
 
 from __future__ import annotations
@@ -22,7 +23,9 @@ import dns.rrset
 import pytest
 
 from splitdns import config
+from splitdns.codec import wire
 from splitdns.core import resolve
+from splitdns.core.flight import ABANDONED
 from splitdns.shell import datagrams, misses, server
 from tests.helpers import query
 from tests.support.hostile import ask_tcp, ask_udp, names_seen, rcode_of, rdata
@@ -200,6 +203,53 @@ def test_a_bug_of_ours_on_the_callback_path_answers_servfail_and_is_counted(
         with_server(corefile(port, up.target), scenario)
 
 
+def test_a_bug_of_ours_on_the_coroutine_path_answers_servfail_and_lands_the_flight(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same flight, driven by the coroutine path (a TCP client): the bug stops it while
+    it settles, and the driver abandons it, so nothing is left pending."""
+    rules = [{"suffix": ".", "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+    port = free_port("127.0.0.1")
+
+    def broken(self: resolve.Zone, *args: object) -> None:
+        raise RuntimeError("a bug in storing")
+
+    monkeypatch.setattr(resolve.Zone, "store", broken)
+    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            raw, _ = await asyncio.to_thread(ask_tcp, port, query("www.bug.test."))
+            assert raw is not None and dns.message.from_wire(raw).rcode() == dns.rcode.SERVFAIL
+            assert srv.internal_errors == 1
+            zone = next(iter(srv.zones.values()))
+            assert not in_flight(srv) and (zone.pending, zone.forwards[0].inflight) == (0, 0)
+
+        with_server(corefile(port, up.target), scenario)
+
+
+def test_a_cancelled_coroutine_lands_the_flight_it_drives(tmp_path: Path) -> None:
+    """The coroutine path's task is cancelled (a stop, a client gone) while it waits upstream:
+    its flight is abandoned, and nothing is left pending."""
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            q = wire.parse_query(query("www.halted.test.").to_wire())
+            assert q is not None
+            asked = asyncio.create_task(srv.resolution.answer(q, srv.listeners[0]))
+            await asyncio.sleep(0.15)
+            [waiting] = in_flight(srv)
+            assert isinstance(waiting, asyncio.Future)
+            zone = next(iter(srv.zones.values()))
+            assert zone.pending == 1
+            asked.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asked
+            assert not in_flight(srv)
+            assert (zone.pending, zone.forwards[0].inflight, zone.flights) == (0, 0, {})
+
+        with_server(corefile(port, up.target), scenario)
+
+
 def test_drain_waits_for_the_misses_in_flight(tmp_path: Path) -> None:
     rules = [{"suffix": ".", "delay_ms": 300, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
     port = free_port("127.0.0.1")
@@ -216,6 +266,29 @@ def test_drain_waits_for_the_misses_in_flight(tmp_path: Path) -> None:
             zone = next(iter(srv.zones.values()))
             assert zone.cache is not None and len(zone.cache) == 1
             await asked  # the listener closed first: no reply, as on the coroutine path
+
+        with_server(corefile(port, up.target), scenario)
+
+
+def test_a_server_stop_answers_nobody_and_lands_the_misses_in_flight(tmp_path: Path) -> None:
+    """As a cancelled task on the coroutine path: no answer, and the flight leaves the zone's
+    table and its counts (core/flight.py: abandoned), so nothing is left pending."""
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            asked = asyncio.create_task(asyncio.to_thread(ask_udp, port, query("www.stopped.test."), 1.0))
+            await asyncio.sleep(0.15)
+            [miss] = in_flight(srv)
+            assert isinstance(miss, misses.Miss)
+            zone = next(iter(srv.zones.values()))
+            assert zone.pending == 1 and zone.forwards[0].inflight == 1
+            srv.close()
+            assert not in_flight(srv) and not srv.udp.misses.waiting
+            assert (zone.pending, zone.forwards[0].inflight, zone.flights) == (0, 0, {})
+            assert miss.flight.state is ABANDONED
+            raw, _ = await asked
+            assert raw is None  # nobody answered
 
         with_server(corefile(port, up.target), scenario)
 

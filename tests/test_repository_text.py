@@ -1,5 +1,6 @@
 """What the repository says speaks about the product: no text points at where a thing came from
-(a planning note, a tracker entry) or at a file the repository does not contain."""
+(a planning note, a tracker entry) or at a file the repository does not contain; and every
+module of the product stays short enough to read in one sitting."""
 
 from __future__ import annotations
 
@@ -51,3 +52,14 @@ def test_no_text_points_at_where_it_came_from_or_at_missing_files() -> None:
             if FORBIDDEN.search(line):
                 hits.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()[:120]}")
     assert not hits, "\n".join(hits)
+
+
+MODULE_LINES = 400  # a module stays small enough to read in one sitting
+
+
+def test_every_product_module_reads_in_one_sitting() -> None:
+    modules = sorted((ROOT / "src").rglob("*.py"))
+    assert len(modules) > 50  # the package was found
+    long = [f"{p.relative_to(ROOT)}: {n} lines" for p in modules
+            if (n := len(p.read_text().splitlines())) > MODULE_LINES]
+    assert not long, f"over {MODULE_LINES} lines, split where the seam is natural:\n" + "\n".join(long)

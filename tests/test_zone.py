@@ -1,16 +1,11 @@
-"""The zone's decisions as transcripts: begin, depart, settle, land, finish with a clock the
-test moves and upstream replies the test writes. No sockets, no sleeps, no event loop.
-
-`Transcript.ask` does what the shell's miss path does (shell/resolution.py), minus the I/O:
-each `Send` goes to `upstream(send, asked)`, a function of the test that returns a reply or
-the text of a failure.
+"""The zone's decisions as transcripts: begin, depart, the flight, finish with a clock the
+test moves and upstream replies the test writes (tests/support/transcript.py). No sockets,
+no sleeps, no event loop.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
-from dataclasses import dataclass, field
 
 import dns.message
 import dns.rcode
@@ -23,114 +18,13 @@ from splitdns.codec import wire
 from splitdns.codec.reply import Reply
 from splitdns.core import liveness, resolve
 from splitdns.core.cache import STALE_RECHECK
-from splitdns.core.decisions import Answer, Forward, HandOn, LogLine, QueryError, Settled
-from splitdns.core.exchange import Done, Exchange, Send
+from splitdns.core.decisions import Answer, Forward, LogLine, QueryError
+from splitdns.core.exchange import Done, Send
 from splitdns.core.tunnel import UP, Pushed, TunnelState
 from splitdns.directives.forward import Upstream
 from tests.helpers import indexed, query, reply
 from tests.helpers import wire as to_wire
-
-Upstreamer = Callable[[Send, wire.Query], "Reply | str"]
-
-
-def parse(name: str, rdtype: str = "A", qid: int = 0x1234) -> wire.Query:
-    q = wire.parse_query(to_wire(query(name, rdtype, qid=qid)))
-    assert q is not None
-    return q
-
-
-def answering(address: str = "192.0.2.80", ttl: int = 10, rcode: int = dns.rcode.NOERROR,
-              log: list[str] | None = None) -> Upstreamer:
-    """An upstream that answers every question with one A record (or an rcode alone)."""
-    def upstream(send: Send, asked: wire.Query) -> Reply:
-        if log is not None:
-            log.append(send.upstream.label)
-        name = wire.wire_to_text(asked.name)
-        msg = dns.message.make_query(name, asked.qtype)
-        msg.id = asked.id
-        records = (f"{name} {ttl} IN A {address}",) if rcode == dns.rcode.NOERROR else ()
-        return indexed(reply(msg, *records, rcode=rcode))
-    return upstream
-
-
-def failing(why: str = "timeout after 2s", log: list[str] | None = None) -> Upstreamer:
-    def upstream(send: Send, asked: wire.Query) -> str:
-        if log is not None:
-            log.append(send.upstream.label)
-        return why
-    return upstream
-
-
-@dataclass
-class Transcript:
-    """One listener's zones, driven as the shell drives them."""
-
-    corefile: str
-    pending_limit: int = 1000
-    notes: list[object] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        blocks = config.loads(self.corefile, "Corefile", env={}).blocks
-        self.loop_probes: dict[bytes, resolve.LoopGuard] = {}
-        self.router = resolve.Router(resolve.Zone(b, loop_probes=self.loop_probes) for b in blocks)
-        self.rng = random.Random(7)
-
-    def zone(self, name: str) -> resolve.Zone:
-        zone = self.router.route(wire.name_to_wire(name))
-        assert zone is not None
-        return zone
-
-    def begin(self, q: wire.Query, now: float) -> Answer | Forward:
-        zone = self.router.route(q.name)
-        assert zone is not None
-        decided = zone.begin(q, now)
-        if isinstance(decided, Answer):
-            self.notes.extend(decided.notes)
-        return decided
-
-    def exchange(self, zone: resolve.Zone, fwd: resolve.ForwardState, asked: wire.Query,
-                 upstream: Upstreamer, now: float) -> Done:
-        ex = Exchange(fwd, now, self.rng)
-        step = ex.start()
-        while isinstance(step, Send):
-            got = upstream(step, asked)
-            step = ex.failed(step, got, now) if isinstance(got, str) else ex.answered(step, got, now)
-        return step
-
-    def fly(self, zone: resolve.Zone, q: wire.Query, forward: Forward, upstream: Upstreamer,
-            now: float) -> Settled | Done:
-        flight = zone.depart(q, forward, self.pending_limit)
-        if isinstance(flight, Done):
-            return flight
-        try:
-            fwd = flight.asking
-            while True:
-                step = zone.settle(flight, self.exchange(zone, fwd, forward.asked, upstream, now), now,
-                                   self.router.route)
-                if not isinstance(step, HandOn):
-                    break
-                fwd = step.fwd
-        finally:
-            zone.land(flight)
-        self.notes.extend(step.notes)
-        return step
-
-    def ask(self, q: wire.Query, upstream: Upstreamer, now: float) -> bytes:
-        """A client's query from start to reply; a refresh behind an answer runs at once."""
-        zone = self.router.route(q.name)
-        assert zone is not None
-        decided = self.begin(q, now)
-        if isinstance(decided, Answer):
-            if decided.refresh is not None:
-                refreshed = self.fly(zone, q, decided.refresh, upstream, now)
-                done = refreshed if isinstance(refreshed, Done) else refreshed.done
-                self.notes.extend(zone.refreshed(decided.refresh, done))
-            return decided.reply
-        outcome = self.fly(zone, q, decided, upstream, now)
-        done, entry = (outcome, None) if isinstance(outcome, Done) else (outcome.done, outcome.entry)
-        answer = zone.finish(q, decided, done, entry, now)
-        self.notes.extend(answer.notes)
-        return answer.reply
+from tests.support.transcript import Transcript, answering, failing, parse
 
 
 def rcode_of(out: bytes) -> int:
@@ -295,7 +189,7 @@ def test_identical_queries_share_a_flight_and_the_pending_cap_refuses_beyond_it(
     assert "limits pending" in (refused.error or "")
     assert not isinstance(first, Done) and not isinstance(second, Done)
     assert zone.forwards[0].inflight == 2
-    zone.land(first)
+    first.abandon()
     assert zone.pending == 1 and not isinstance(zone.depart(three, forwards[2], 2), Done)
 
 

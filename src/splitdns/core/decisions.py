@@ -1,14 +1,14 @@
 """What the core decides about a query, as values the shell carries out.
 
-`Zone.begin` gives an `Answer` (send these bytes now) or a `Forward` (ask these upstreams);
-`Zone.depart` a `Flight` (the shell's one upstream exchange for every identical query) or a
-refusal; `Zone.settle` a `HandOn` (`next`: ask the next forward) or the `Settled` outcome;
-`Zone.finish` each client's `Answer`. Logging is the shell's: decisions carry `Note`s.
+`Zone.begin` gives an `Answer` (send these bytes now) or a `Forward` (ask these upstreams),
+`Zone.known` what the hot path sends at once (`Known`); a `Flight` (flight.py) walks a
+forward's upstreams to the `Settled` outcome; `Zone.finish` gives each waiting client its
+`Answer`. Logging is the shell's: decisions carry `Note`s.
 
 The decisions made per miss are slotted dataclasses, not frozen ones: a frozen dataclass sets
 each field through `object.__setattr__`, four times the cost of a slotted one (bench/README.md,
 "Figures behind the code"), and a miss builds half a dozen. They are still treated as values:
-nobody changes one once made, but a `Flight`'s `asking` (which `settle` moves on at `next`).
+nobody changes one once made.
 """
 
 from __future__ import annotations
@@ -85,32 +85,17 @@ class Known:
     replayable: bool
 
 
-@dataclass(eq=False, slots=True)
-class Flight:
-    """One upstream exchange under way, shared by every identical query of a zone
-    (CVE-2020-25686). `asking`: the forward whose upstreams are asked now (after `next`, a
-    later one than `forward.fwd`)."""
-
-    key: bytes
-    query: wire.Query        # the first client's
-    forward: Forward
-    asking: ForwardState
-
-
-@dataclass(slots=True)
-class HandOn:
-    """`next RCODE`: the reply's rcode is one to hand on; ask `fwd`'s upstreams now."""
-
-    fwd: ForwardState
-
-
 @dataclass(slots=True)
 class Settled:
-    """An exchange's outcome, cleaned and stored; `entry` is what the cache kept."""
+    """A flight's outcome, cleaned and stored; `entry` is what the cache kept. `upstream`:
+    the upstream whose reply ended the exchange (None when it ended on a failure), and
+    `rtt` that attempt's round trip in seconds."""
 
     done: Done
     entry: Entry | None
     notes: tuple[Note, ...] = ()
+    upstream: str | None = None
+    rtt: float = 0.0
 
 
 def unrewrite(done: Done, rewritten: Rewritten | None) -> Done:

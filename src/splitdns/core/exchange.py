@@ -104,10 +104,15 @@ class ForwardState:
         return name == self.origin or not any(wire.is_subdomain(name, e) for e in self.excepts)
 
     def ordered(self, rng: random.Random) -> list[UpstreamState]:
-        ups = list(self.upstreams)
-        if self.spec.policy == "random" and len(ups) > 1:
+        """The upstreams in the order an exchange asks them: the list itself when that is its
+        own order (an exchange only reads it, and `set_upstreams` replaces it, never changes
+        it), so the common miss copies nothing."""
+        ups = self.upstreams
+        policy = self.spec.policy
+        if policy == "random" and len(ups) > 1:
+            ups = list(ups)
             rng.shuffle(ups)
-        elif self.spec.policy == "round_robin":
+        elif policy == "round_robin" and ups:
             shift = self.rotation % len(ups)
             self.rotation += 1
             ups = ups[shift:] + ups[:shift]
@@ -146,6 +151,7 @@ class Exchange:
     index: int = 0
     last_error: str = "no upstream answered"
     last_reply: Done | None = None
+    allowed: int = 0  # attempts, at most (max_connect_attempts for the upstreams at the start)
 
     def start(self) -> Send | Done:
         limit = self.fwd.spec.max_concurrent
@@ -155,6 +161,7 @@ class Exchange:
             return Done(rcode=dns.rcode.REFUSED, error=f"more than max_concurrent {limit} queries")
         self.deadline = self.now + self.fwd.spec.overall_timeout
         self.order = self.fwd.ordered(self.rng)
+        self.allowed = self.fwd.attempts()
         return self._next(self.now)
 
     def answered(self, step: Send, reply: replies.Reply, now: float) -> Send | Done:
@@ -181,7 +188,7 @@ class Exchange:
 
     def _next(self, now: float) -> Send | Done:
         spec = self.fwd.spec
-        if now >= self.deadline or self.attempts >= self.fwd.attempts() or not self.order:
+        if now >= self.deadline or self.attempts >= self.allowed or not self.order:
             if self.last_reply is not None:
                 return self.last_reply
             return Done(error=self.last_error,

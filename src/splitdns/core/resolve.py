@@ -34,11 +34,12 @@ a dead upstream is not asked again by every client of a stale name. `begin` retu
 `Answer` (bytes now, perhaps a refresh behind) or a `Forward` (what to ask, of which forward).
 
 `Zone.depart` joins the query to the identical one already in flight, so one upstream
-exchange answers them all, or starts a `Flight`, or refuses it when `limits pending`
-exchanges are already waiting. An `Exchange` (exchange.py) then walks the forward's
-upstreams in policy order: each `Send` says which upstream, over UDP or TCP, and for how
-long to wait; the shell does it with a fresh socket and a fresh random ID, drops any reply
-that fails `wire.reply_matches` and keeps waiting, and reports back `answered` or `failed`.
+exchange answers them all, or starts a `Flight` (flight.py), or refuses it when `limits
+pending` exchanges are already waiting. The flight owns the miss from there: an `Exchange`
+(exchange.py) walks the forward's upstreams in policy order: each `Send` says which
+upstream, over UDP or TCP, and for how long to wait; the shell does it with a fresh socket
+and a fresh random ID, drops any reply that fails `wire.reply_matches` and keeps waiting,
+and reports back to the flight `answered` or `failed`, which it counts per upstream.
 A truncated UDP reply is asked again over TCP; a failure moves to the next upstream until
 the attempts or the overall deadline run out, and then the client gets SERVFAIL. Upstreams
 that keep failing are marked down (more than `max_fails` failures in a row) and skipped until
@@ -46,11 +47,12 @@ a health probe gets a reply; when all are down, the query gets SERVFAIL at once 
 reason (unlike CoreDNS, which tries one anyway unless `failfast_all_unhealthy_upstreams`;
 here `failfast_all_unhealthy_upstreams off` does that).
 
-`Zone.settle` takes the exchange's outcome: a reply whose rcode the forward's `next` lists
-goes on to the next covering forward (`HandOn`); otherwise the reply comes back under the
-client's names (`rewrite`), loses the authority and additional records another zone owns
-(`scrub`: the catch-all's server does not speak for the tunnel's names), loses addresses
-into private networks (`private_addresses`), and is stored in the cache if it may be.
+When the exchange ends, a reply whose rcode the forward's `next` lists goes on to the next
+covering forward; otherwise the flight settles: the reply comes back under the client's
+names (`rewrite`), loses the authority and additional records another zone owns (`scrub`:
+the catch-all's server does not speak for the tunnel's names), loses addresses into private
+networks (`private_addresses`), is stored in the cache if it may be, and the flight lands
+(leaves the zone's table: exactly once, or the flight raises).
 `Zone.finish` renders it for each waiting client (or, for `serve_stale verify`, answers the
 stale entry when the exchange failed). A UDP reply larger than the client can take is
 replaced by a truncated one (TC set), so the client retries over TCP.
@@ -61,9 +63,7 @@ from __future__ import annotations
 from splitdns.core.cache import STALE_RECHECK, STALE_TTL
 from splitdns.core.decisions import (
     Answer,
-    Flight,
     Forward,
-    HandOn,
     LogLine,
     Note,
     QueryError,
@@ -80,11 +80,12 @@ from splitdns.core.exchange import (
     Send,
     UpstreamState,
 )
+from splitdns.core.flight import Flight
 from splitdns.core.loop import LoopGuard
 from splitdns.core.routing import Router, cache_key, unrouted
 from splitdns.core.zone import Zone
 
 __all__ = ["EDE_NOT_READY", "EDE_NO_REACHABLE_AUTHORITY", "STALE_RECHECK", "STALE_TTL", "Answer",
-           "Done", "Exchange", "Flight", "Forward", "ForwardState", "HandOn", "LogLine", "LoopGuard",
+           "Done", "Exchange", "Flight", "Forward", "ForwardState", "LogLine", "LoopGuard",
            "Note", "QueryError", "Router", "Send", "Settled", "UpstreamState", "Zone", "cache_key",
            "scrub", "unrewrite", "unrouted"]

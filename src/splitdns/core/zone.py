@@ -3,8 +3,8 @@
 `begin` walks the block's per-query steps in the registry's order (as CoreDNS's plugin.cfg
 orders its plugins): `cache`, then `rewrite`, `template` and `hosts` (local.py), `loop`,
 `openvpn` (the tunnel's state), `forward`. `loadbalance` wraps every answer, `private_addresses`
-and `minimal` act on the upstream's reply in `settle`, `errors` and `log` are lines the shell
-writes.
+and `minimal` act on the upstream's reply as its flight settles (flight.py), `errors`
+and `log` are lines the shell writes.
 Sans-io: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s); it
 keeps the zone's state (cache, flights, counts, health), which only its methods change.
 """
@@ -15,33 +15,27 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import dns.rcode
-import dns.rdatatype
 
 from splitdns import directives
 from splitdns.codec import entries, wire
-from splitdns.codec import reply as replies
 from splitdns.core import local
 from splitdns.core.cache import Cache
 from splitdns.core.decisions import (
     Answer,
-    Flight,
     Forward,
-    HandOn,
     Known,
     LogLine,
     Note,
     QueryError,
-    Settled,
-    scrub,
-    unrewrite,
 )
 from splitdns.core.exchange import EDE_NO_REACHABLE_AUTHORITY, Done, ForwardState
+from splitdns.core.flight import Flight
 from splitdns.core.local import Local, Rewritten, steps_of
 from splitdns.core.loop import LoopGuard, LoopProbes
 from splitdns.core.metrics import ZoneStats
 from splitdns.core.rebinding import PrivateFilter
 from splitdns.core.tunnel import TunnelState
-from splitdns.directives import loadbalance, minimal
+from splitdns.directives import loadbalance
 
 if TYPE_CHECKING:
     from splitdns.codec.entries import Entry
@@ -115,7 +109,7 @@ class Zone:
     def upstream_list(self) -> str:
         return ", ".join(str(u.upstream) for f in self.forwards for u in f.upstreams)
 
-    # -- a query: begin, depart, settle, land, finish --------------------------------------------
+    # -- a query: begin, depart (then its flight: flight.py), finish ---------------------------
 
     def begin(self, q: wire.Query, now: float) -> Answer | Forward:
         """The answer now, or the upstream exchange to make: what the zone knows at once
@@ -243,52 +237,18 @@ class Zone:
 
     def depart(self, q: wire.Query, forward: Forward, limit: int) -> Flight | Done:
         """The flight this query waits for: the one under way for the same question, else a
-        new one; REFUSED when `limit` exchanges are pending already (a dead upstream must not
-        let one zone hold unbounded memory)."""
+        new one (flight.py: it lands itself); REFUSED when `limit` exchanges are pending
+        already (a dead upstream must not let one zone hold unbounded memory)."""
         flight = self.flights.get(q.key)
         if flight is not None:
             return flight
         if self.pending >= limit:
             return Done(rcode=dns.rcode.REFUSED, error=f"more than {self.pending} queries "
                         "pending upstream in this zone (limits pending)")
-        flight = self.flights[q.key] = Flight(q.key, q, forward, forward.fwd)
+        flight = self.flights[q.key] = Flight(self, q, forward)
         forward.fwd.inflight += 1
         self.pending += 1
         return flight
-
-    def settle(self, flight: Flight, done: Done, now: float,
-               owner_of: Callable[[bytes], object]) -> HandOn | Settled:
-        """An exchange of the flight ended: hand on (`next`), or the outcome under the
-        client's names, without foreign or private records, stored."""
-        asked = flight.forward.asked
-        handed = self.handed_on(flight.asking, asked.name, done)
-        if handed is not None:
-            if flight.asking is not flight.forward.fwd:
-                flight.asking.inflight -= 1
-            handed.inflight += 1
-            flight.asking = handed
-            return HandOn(handed)
-        done = unrewrite(done, flight.forward.rewritten)
-        done = scrub(done, self, owner_of)
-        done, removed = self.without_private(done)
-        if self.minimal:
-            done = minimized(done)
-        notes: tuple[Note, ...] = ()
-        if removed:
-            q = flight.query
-            name = wire.wire_to_text(q.question[:-4])
-            notes = (LogLine("warning", f"plugin/private_addresses: removed {', '.join(removed)} "
-                             f"from the reply for {name} {_type_text(q.qtype)} "
-                             "(possible DNS rebinding)"),)
-        return Settled(done, self.store(flight.query, done, now), notes)
-
-    def land(self, flight: Flight) -> None:
-        """The flight is over (settled, failed or cancelled): its counts go."""
-        if flight.asking is not flight.forward.fwd:
-            flight.asking.inflight -= 1
-        flight.forward.fwd.inflight -= 1
-        self.pending -= 1
-        del self.flights[flight.key]
 
     def finish(self, q: wire.Query, forward: Forward, done: Done, entry: Entry | None,
                now: float) -> Answer:
@@ -386,7 +346,7 @@ class Zone:
 
 # What each step the registry names does in `walk`. `directives.CACHE_STEP` is `known`, which
 # runs before the walk (it must be the first step: a test holds the registry to it), and
-# `directives.REPLY_STEP` shapes answers (`settle`, local.py, `balanced`). `rewrite`,
+# `directives.REPLY_STEP` shapes answers (flight.py, local.py, `balanced`). `rewrite`,
 # `template` and `hosts` are one step, where the block's first of them stands (local.py runs
 # them, in the same order).
 _STEPS: dict[str, Step] = {
@@ -407,18 +367,3 @@ def steps_for(zone: Zone) -> tuple[Step, ...]:
               and (d.step in _ALWAYS or block.uses(d))]
     return tuple(dict.fromkeys(chosen))
 
-
-def minimized(done: Done) -> Done:
-    """`minimal`: the reply without the sections a positive answer does not need, before the
-    cache stores it (so hits are minimal at no cost, as behind CoreDNS's cache)."""
-    reply = done.reply
-    if reply is None or not minimal.worth_reading(reply.rcode(), len(reply.owners)):
-        return done
-    shorter = replies.rewrite_with_dnspython(reply.data, minimal.minimize)
-    if shorter is None:  # dnspython could not rewrite it: the reply as it came is still valid
-        return done
-    return Done(shorter, done.rcode, done.error, done.ede)
-
-
-def _type_text(qtype: int) -> str:
-    return dns.rdatatype.to_text(dns.rdatatype.RdataType.make(qtype))

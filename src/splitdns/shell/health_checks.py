@@ -31,8 +31,9 @@ class UpstreamHealthChecks:
         self.query_ids = query_ids  # the exchanges' own source (upstream.QueryIds)
 
     def watch(self, fwd: ForwardState, state: UpstreamState) -> None:
-        """An exchange just failed on this upstream: probe it, unless a probe already runs."""
-        if state.fails > 0 and not state.probing and fwd.spec.max_fails > 0:
+        """A flight named this upstream unwell (core/flight.py: it failed, and max_fails can
+        mark it down): probe it, unless a probe already runs."""
+        if not state.probing:
             state.probing = True
             self.spawn(self._probe(fwd, state, fwd.spec.health_check))
 

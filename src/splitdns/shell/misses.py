@@ -1,26 +1,23 @@
 """A UDP query the hot path did not answer, carried on event-loop callbacks: no task,
 coroutine or future per miss.
 
-Every decision is the zone's (core/zone.py), as on the coroutine path (resolution.py):
-`begin` answers or forwards, `depart` joins the flight under way or starts one (or refuses
-at the pending cap), `settle` hands on (`next`) or cleans and stores the outcome, `land`
-ends the flight and `finish` gives each waiting client its answer. What is particular here
-is only how the I/O is done. A `Miss` drives the sans-io `Exchange`: each UDP `Send` is a
-fresh non-blocking socket connected to the upstream (a port the kernel picks) and a fresh
-random ID; the socket waits in our epoll set (`Misses`), with a deadline (`Deadline`: one
-loop timer for the attempts sent in the same millisecond with the same timeout). A
-datagram that does not match the query or does not parse is dropped and counted, and the
-wait goes on (as in `upstream.ask`). TCP (after a truncated reply) and TLS attempts go
-through `upstream.ask` in a task, back into the `Miss`. Both paths share the resolution's
-table of flights: a client of either joins the other's flight (a coroutine awaits a `Miss`,
-a callback waits on a coroutine's future). Why: bench/README.md, "Misses on callbacks".
+Every decision is the core's, as on the coroutine path (resolution.py): `Zone.begin` answers
+or forwards, `Zone.depart` joins the flight under way or starts one (or refuses at the
+pending cap), the `Flight` (core/flight.py) decides each attempt, counts it, settles and
+lands, and `Zone.finish` gives each waiting client its answer. A `Miss` only does the I/O:
+each UDP `Send` is a fresh non-blocking socket connected to the upstream (a port the kernel
+picks) and a fresh random ID, waiting in our epoll set (`Misses`) under a `Deadline`
+(deadlines.py: one loop timer for the attempts sent in the same millisecond); a datagram
+that does not match the query or does not parse is dropped and counted, and the wait goes
+on (as in `upstream.ask`). TCP (after a truncated reply) and TLS attempts go through
+`upstream.ask` in a task. Both paths share the resolution's table of flights: a client of
+either joins the other's flight (a coroutine awaits a `Miss`, a callback waits on a
+coroutine's future). Why: bench/README.md, "Misses on callbacks".
 """
-
 from __future__ import annotations
 
 import _socket
 import asyncio
-import math
 import select
 import socket
 from collections.abc import Generator
@@ -31,10 +28,11 @@ import dns.rcode
 from splitdns.codec import reply as replies
 from splitdns.codec import wire
 from splitdns.codec.entries import Entry
-from splitdns.core import metrics
-from splitdns.core.decisions import Answer, Flight, Forward, HandOn
-from splitdns.core.exchange import Done, Exchange, Send
+from splitdns.core.decisions import Answer, Forward, Settled
+from splitdns.core.exchange import Done, Send
+from splitdns.core.flight import Flight
 from splitdns.shell import datagrams, upstream
+from splitdns.shell.deadlines import Deadline, Deadlines
 
 if TYPE_CHECKING:
     from splitdns.core.zone import Zone
@@ -47,26 +45,10 @@ _EPOLL = hasattr(select, "epoll")
 _EPOLLIN = getattr(select, "EPOLLIN", 1)
 _NONBLOCK = getattr(socket, "SOCK_NONBLOCK", 0)
 _AF_INET, _AF_INET6, _DGRAM = socket.AF_INET, socket.AF_INET6, socket.SOCK_DGRAM | _NONBLOCK
-_RCODES = metrics.RCODES
 Outcome = tuple[Done, Entry | None]
 # A client waiting for an outcome: its query, what `begin` decided for it, where it came
 # from and when.
 Waiter = tuple[wire.Query, Forward, "Listener", datagrams.Peer, int, float]
-
-
-class Deadline:
-    """When the attempts sent in the same millisecond with the same timeout expire: one loop
-    timer for all of them (a `call_at` and its `cancel` per attempt cost ~1.9 us, more than
-    the epoll registration). An attempt that ends leaves its slot empty, so an answered miss
-    is not kept alive by a straggler of its turn; the timer goes when the last one ends."""
-
-    __slots__ = ("at", "live", "members", "timer")
-
-    def __init__(self, at: float) -> None:
-        self.at = at
-        self.members: list[Miss | None] = []
-        self.live = 0
-        self.timer: asyncio.TimerHandle | None = None
 
 
 class Misses:
@@ -80,9 +62,10 @@ class Misses:
         self.loop: asyncio.AbstractEventLoop | None = None
         self.poll: select.epoll | None = None
         self.waiting: dict[int, Miss] = {}  # by socket descriptor
-        self.deadlines: dict[float, Deadline] = {}  # by when, while some attempt waits for it
+        self.deadlines = Deadlines()  # by when, while some attempt waits for it
         # Every upstream datagram is read into this one buffer and copied out at its size:
-        # recv(65535) costs a 64 KiB allocation per reply, about 1 us more than this.
+        # recv(65535) costs a 64 KiB allocation per reply (bench/README.md, "Figures behind
+        # the code").
         self.buffer = memoryview(bytearray(UDP_LARGEST))
 
     def take(self, q: wire.Query, listener: Listener, peer: datagrams.Peer, size: int,
@@ -111,7 +94,7 @@ class Misses:
             return True
         waiting = res.flights.get(flight)
         if waiting is None:
-            self._start(zone, flight, waiter, now)
+            self._start(zone, flight, waiter)
         elif type(waiting) is Miss:
             waiting.waiters.append(waiter)
         else:  # a coroutine's exchange: its outcome answers this client too
@@ -119,17 +102,17 @@ class Misses:
             waiting.add_done_callback(lambda f: _joined(zone, waiter, f, res))
         return True
 
-    def _start(self, zone: Zone, flight: Flight, waiter: Waiter, now: float) -> None:
+    def _start(self, zone: Zone, flight: Flight, waiter: Waiter) -> None:
         res = self.resolution
         if self.poll is None:
             self.loop = asyncio.get_running_loop()
             self.poll = select.epoll()
             self.loop.add_reader(self.poll.fileno(), self._ready)
-        miss = Miss(self, zone, flight, [waiter], waiter[2])
+        listener = waiter[2]
+        miss = Miss(self, zone, flight, [waiter], listener)
         res.flights[flight] = miss
         try:
-            miss.exchange = exchange = Exchange(flight.asking, now, res.rng)
-            miss.advance(exchange.start())
+            miss.advance(flight.start(res.clock(), res.rng, listener.router.route))
         except Exception as err:  # our own bug: the clients still get an answer
             miss.crashed(err)
 
@@ -141,46 +124,13 @@ class Misses:
             if miss is not None:
                 miss.readable()
 
-    def wait(self, miss: Miss, timeout: float) -> tuple[Deadline, int]:
-        """The deadline `miss`'s attempt waits under, and its slot there. Deadlines are
-        rounded up to the millisecond (uvloop's clock counts milliseconds anyway), so the
-        attempts of one batch of queries share one."""
-        assert self.loop is not None
-        at = math.ceil((self.loop.time() + timeout) * 1000) / 1000
-        deadline = self.deadlines.get(at)
-        if deadline is None:
-            deadline = self.deadlines[at] = Deadline(at)
-            deadline.timer = self.loop.call_at(at, self._expire, deadline)
-        deadline.members.append(miss)
-        deadline.live += 1
-        return deadline, len(deadline.members) - 1
-
-    def release(self, deadline: Deadline, slot: int) -> None:
-        """An attempt ended before its deadline: the last one takes the timer with it."""
-        deadline.members[slot] = None
-        deadline.live -= 1
-        if not deadline.live:
-            assert deadline.timer is not None
-            deadline.timer.cancel()
-            if self.deadlines.get(deadline.at) is deadline:
-                del self.deadlines[deadline.at]
-
-    def _expire(self, deadline: Deadline) -> None:
-        if self.deadlines.get(deadline.at) is deadline:
-            del self.deadlines[deadline.at]
-        for miss in deadline.members:
-            if miss is not None:
-                miss.expire()
-
     def in_flight(self) -> list[Miss]:
         return [m for m in self.resolution.flights.values() if type(m) is Miss]
 
     def close(self) -> None:
         """The server stops: stop waiting, answer nobody (as a cancelled task would)."""
-        for miss in list(self.waiting.values()):
-            miss.hang_up()
-            if miss.future is not None and not miss.future.done():
-                miss.future.cancel()
+        for miss in self.in_flight():
+            miss.cancel()
         if self.poll is not None and self.loop is not None:
             self.loop.remove_reader(self.poll.fileno())
             self.poll.close()
@@ -188,10 +138,11 @@ class Misses:
 
 
 class Miss:
-    """One flight's upstream exchange on callbacks, and the UDP clients waiting for it."""
+    """One flight's upstream attempts on callbacks, and the UDP clients waiting for it: the
+    flight (core/flight.py) decides, this sends, waits and reads."""
 
-    __slots__ = ("began", "deadline", "exchange", "fd", "flight", "future", "listener", "loop", "misses",
-                 "outcome", "qlen", "res", "sent", "slot", "sock", "step", "waiters", "zone")
+    __slots__ = ("deadline", "fd", "flight", "future", "listener", "loop", "misses", "outcome", "qlen",
+                 "res", "sent", "slot", "sock", "step", "waiters", "zone")
 
     def __init__(self, misses: Misses, zone: Zone, flight: Flight, waiters: list[Waiter],
                  listener: Listener) -> None:
@@ -201,11 +152,9 @@ class Miss:
         self.qlen = len(flight.forward.asked.question)
         self.sock: _socket.socket | None = None
         self.deadline: Deadline | None = None  # while an attempt waits, and its slot there
-        self.slot = 0
-        self.fd, self.sent, self.began = -1, b"", 0.0
+        self.fd, self.slot, self.sent = -1, 0, b""
         self.future: asyncio.Future[Outcome] | None = None  # for a coroutine that joined
         self.outcome: Outcome | None = None  # once settled
-        self.exchange: Exchange | None = None
         self.step: Send | None = None
 
     def __await__(self) -> Generator[object, None, Outcome]:
@@ -218,23 +167,22 @@ class Miss:
                 self.future.set_result(self.outcome)
         return self.future.__await__()
 
-    def advance(self, step: Send | Done) -> None:
-        """Carry out the exchange's next step: send an attempt, or settle its outcome."""
+    def advance(self, step: Send | Settled) -> None:
+        """Carry out what the flight says next: send an attempt, or answer its outcome."""
         res = self.res
-        while not isinstance(step, Done):
+        while isinstance(step, Send):
             up = step.upstream.upstream
             if step.tcp or up.tls is not None:
                 self.step = step
                 res.spawn(self._ask_stream(step))
                 return
-            self.began = res.clock()
             error = self._send(step, up.host, up.port) if step.timeout > 0 else \
                 "no time left before the deadline"
             if error is None:
                 self.step = step
                 return
             step = self._failed(step, error, False)
-        self._settle(step)
+        self._settled(step)
 
     def _send(self, step: Send, host: str, port: int) -> str | None:
         """Send the attempt over a fresh socket and start waiting; the error if it failed."""
@@ -254,7 +202,7 @@ class Miss:
         assert misses.poll is not None
         misses.poll.register(fd, _EPOLLIN)
         misses.waiting[fd] = self
-        self.deadline, self.slot = misses.wait(self, step.timeout)
+        self.deadline, self.slot = misses.deadlines.wait(self.loop, self, step.timeout)
         return None
 
     def readable(self) -> None:
@@ -283,7 +231,7 @@ class Miss:
                     counters.unparseable += 1
                     continue
                 self.hang_up()
-                self._answered(step, reply)
+                self.advance(self.flight.answered(step, reply, self.res.clock()))
                 return
         except Exception as err:  # our own bug: the clients still get an answer
             self.crashed(err)
@@ -302,73 +250,66 @@ class Miss:
         deadline, sock = self.deadline, self.sock
         if deadline is not None:
             self.deadline = None
-            self.misses.release(deadline, self.slot)
+            self.misses.deadlines.release(deadline, self.slot)
         if sock is not None:
             del self.misses.waiting[self.fd]
             sock.close()  # which takes it out of the epoll set
             self.sock = None
 
-    def _answered(self, step: Send, reply: replies.Reply) -> None:
-        now = self.res.clock()
-        self.zone.stats.upstream[(step.upstream.label, _RCODES.get(reply.rcode_value, "other"))] \
-            .observe(now - self.began)
-        assert self.exchange is not None
-        self.advance(self.exchange.answered(step, reply, now))
-
-    def _failed(self, step: Send, error: str, timed_out: bool) -> Send | Done:
-        res = self.res
-        now = res.clock()
-        self.zone.stats.upstream[(step.upstream.label, "timeout" if timed_out else "error")] \
-            .observe(now - self.began)
-        assert self.exchange is not None
-        following = self.exchange.failed(step, error, now)
-        res.health_checks.watch(self.flight.asking, step.upstream)
+    def _failed(self, step: Send, error: str, timed_out: bool) -> Send | Settled:
+        flight = self.flight
+        following = flight.failed(step, error, timed_out, self.res.clock())
+        if flight.unwell is not None:
+            self.res.health_checks.watch(*flight.unwell)
         return following
 
     async def _ask_stream(self, step: Send) -> None:
-        """A TCP or TLS attempt, through upstream.ask, back into this exchange."""
+        """A TCP or TLS attempt, through upstream.ask, back into this flight."""
         res = self.res
         try:
             sent = wire.upstream_query(self.flight.forward.asked, res.query_ids())
-            self.began = res.clock()
             try:
                 reply = await upstream.ask(sent, step.upstream.upstream, step.tcp, step.timeout,
                                            res.counters)
             except upstream.UpstreamError as err:
                 self.advance(self._failed(step, str(err), isinstance(err, upstream.UpstreamTimeout)))
             else:
-                self._answered(step, reply)
+                self.advance(self.flight.answered(step, reply, res.clock()))
         except Exception as err:  # our own bug: the clients still get an answer
             self.crashed(err)
 
-    def _settle(self, done: Done) -> None:
-        """The zone settles the exchange's outcome: the next forward (`next`), or the outcome
-        every waiting client gets."""
-        zone, res, flight = self.zone, self.res, self.flight
-        step = zone.settle(flight, done, res.clock(), self.listener.router.route)
-        if isinstance(step, HandOn):  # the next forward line asks its upstreams
-            self.exchange = exchange = Exchange(step.fwd, res.clock(), res.rng)
-            self.advance(exchange.start())
-            return
-        if step.notes:
-            res.emit(zone.block, flight.query, step.notes)
-        self.outcome = outcome = (step.done, step.entry)
-        self._land()  # no client joins from now on
+    def _settled(self, settled: Settled) -> None:
+        """The flight settled (and landed: no client joins from now on): every waiting client
+        gets its answer to the outcome."""
+        zone, res = self.zone, self.res
+        if settled.notes:
+            res.emit(zone.block, self.flight.query, settled.notes)
+        self.outcome = outcome = (settled.done, settled.entry)
+        del res.flights[self.flight]
         waiters, self.waiters = self.waiters, []  # answered once, even if a bug stops us midway
-        answer_each(zone, waiters, step.done, step.entry, res)
+        answer_each(zone, waiters, settled.done, settled.entry, res)
         if self.future is not None:
             self.future.set_result(outcome)
 
-    def _land(self) -> None:
+    def _abandon(self) -> None:
+        """The flight lands without an outcome (if it has not landed yet)."""
+        if not self.flight.landed:
+            self.flight.abandon()
         if self.res.flights.get(self.flight) is self:
-            self.zone.land(self.flight)
             del self.res.flights[self.flight]
+
+    def cancel(self) -> None:
+        """The server stops: stop waiting, land the flight, answer nobody."""
+        self.hang_up()
+        self._abandon()
+        if self.future is not None and not self.future.done():
+            self.future.cancel()
 
     def crashed(self, err: BaseException) -> None:
         """Our own bug: count and log it, stop waiting, answer SERVFAIL to everyone."""
         self.res.internal_error(err)
         self.hang_up()
-        self._land()
+        self._abandon()
         self.outcome = self.outcome or (Done(error="internal error"), None)  # for a late await
         waiters, self.waiters = self.waiters, []
         for q, _, listener, peer, size, start in waiters:

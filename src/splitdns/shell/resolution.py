@@ -1,10 +1,11 @@
 """The miss path: carries out what the zone decides (core/zone.py), and logs and counts.
 
-`Zone.begin` says answer or forward; here a forward becomes upstream attempts (an `Exchange`
-driven over sockets), identical queries wait on one flight (`Zone.depart` says which), and
-`Zone.settle` and `Zone.finish` say what each client gets. Here a query is a task awaiting
-the exchange: TCP clients, refreshes, probes. UDP misses are carried on loop callbacks
-instead (misses.py); both share `flights`, so identical queries of either path merge.
+`Zone.begin` says answer or forward; identical queries wait on one flight (`Zone.depart`
+says which), the `Flight` (core/flight.py) decides each upstream attempt, counts it and
+settles, and `Zone.finish` says what each client gets. Here the attempts are made with
+`upstream.ask` in a task: TCP clients, refreshes, probes. UDP misses are carried on loop
+callbacks instead (misses.py); both share `flights`, so identical queries of either path
+merge.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from splitdns import directives
 from splitdns.codec import queries, wire
 from splitdns.codec.entries import Entry
 from splitdns.config import Block, Config
-from splitdns.core import metrics
-from splitdns.core.decisions import Answer, Flight, Forward, HandOn, LogLine, Note, QueryError
-from splitdns.core.exchange import Done, Exchange, ForwardState, Send
+from splitdns.core.decisions import Answer, Forward, LogLine, Note, QueryError, Settled
+from splitdns.core.exchange import Done, Send
+from splitdns.core.flight import Flight, ProbeFlight
 from splitdns.core.loop import LoopProbes
 from splitdns.core.routing import Router, unrouted
 from splitdns.core.zone import Zone
@@ -92,7 +93,12 @@ class Resolution:
         forward = zone.probe_forward(q)
         if isinstance(forward, Done):
             return forward
-        return await self._exchange(zone, forward.fwd, q)
+        flight = ProbeFlight(zone, q, forward)
+        try:
+            return (await self._fly(flight, None)).done
+        finally:
+            if not flight.landed:
+                flight.abandon()
 
     async def _refresh(self, zone: Zone, forward: Forward, q: wire.Query, router: Router) -> None:
         done, _ = await self._flight(zone, q, forward, router)
@@ -111,44 +117,35 @@ class Resolution:
         future: asyncio.Future[tuple[Done, Entry | None]] = asyncio.get_running_loop().create_future()
         self.flights[flight] = future
         try:
-            fwd = flight.asking
-            while True:
-                done = await self._exchange(zone, fwd, forward.asked)
-                step = zone.settle(flight, done, self.clock(), router.route)
-                if not isinstance(step, HandOn):
-                    break
-                fwd = step.fwd  # `next RCODE`: the next forward line asks its upstreams
-            self.emit(zone.block, q, step.notes)
-            future.set_result((step.done, step.entry))
+            settled = await self._fly(flight, router.route)
+            self.emit(zone.block, q, settled.notes)
+            future.set_result((settled.done, settled.entry))
         except BaseException as err:
             future.set_exception(err)
             future.exception()  # mark retrieved: waiters may be none
             raise
         finally:
-            zone.land(flight)
+            if not flight.landed:  # our own bug, or cancelled (the server stops)
+                flight.abandon()
             del self.flights[flight]
-        return step.done, step.entry
+        return settled.done, settled.entry
 
-    async def _exchange(self, zone: Zone, fwd: ForwardState, q: wire.Query) -> Done:
-        exchange = Exchange(fwd, self.clock(), self.rng)
-        step = exchange.start()
+    async def _fly(self, flight: Flight, owner_of: Callable[[bytes], object] | None) -> Settled:
+        """Carry the flight's attempts out with `upstream.ask` until it settles."""
+        asked = flight.forward.asked
+        step = flight.start(self.clock(), self.rng, owner_of)
         while isinstance(step, Send):
-            sent = wire.upstream_query(q, self.query_ids())
-            began = self.clock()
-            to = step.upstream.label
+            sent = wire.upstream_query(asked, self.query_ids())
             try:
-                reply = await upstream.ask(sent, step.upstream.upstream, step.tcp,
-                                           step.timeout, self.counters)
+                reply = await upstream.ask(sent, step.upstream.upstream, step.tcp, step.timeout,
+                                           self.counters)
             except upstream.UpstreamError as err:
-                kind = "timeout" if isinstance(err, upstream.UpstreamTimeout) else "error"
-                zone.stats.upstream[(to, kind)].observe(self.clock() - began)
-                failed = step.upstream
-                step = exchange.failed(step, str(err), self.clock())
-                self.health_checks.watch(fwd, failed)
+                step = flight.failed(step, str(err), isinstance(err, upstream.UpstreamTimeout),
+                                     self.clock())
+                if flight.unwell is not None:
+                    self.health_checks.watch(*flight.unwell)
             else:
-                rcode = metrics.RCODES.get(reply.rcode(), "other")
-                zone.stats.upstream[(to, rcode)].observe(self.clock() - began)
-                step = exchange.answered(step, reply, self.clock())
+                step = flight.answered(step, reply, self.clock())
         return step
 
     # -- accounting and logging ----------------------------------------------------------------
