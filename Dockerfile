@@ -4,7 +4,8 @@
 #   podman build --build-arg BASE_IMAGE=registry.example.com/mirror/python:3.11-slim-bookworm -t ... .
 #
 # The entrypoint is `splitdns serve`, so a pod spec written for CoreDNS (args: ["-conf", FILE]) works
-# unchanged; `splitdns verify`, `openvpn-hook` and the admission webhook run from the same image
+# unchanged; `splitdns verify`, `openvpn-hook`, `wireguard-shim` (which writes the resolvconf a
+# WireGuard sidecar puts on wg-quick's PATH) and the admission webhook run from the same image
 # (`kubectl exec ... -- splitdns verify`, or `command: ["splitdns", ...]`). Runs as a fixed uid and
 # writes nothing: fine with readOnlyRootFilesystem. Binding port 53 as non-root needs the pod sysctl
 # net.ipv4.ip_unprivileged_port_start=53 (what `splitdns render` emits). `make test` builds this file

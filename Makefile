@@ -9,6 +9,9 @@ BIN := $(VENV)/bin
 # the differential test, OpenVPN and the namespace plumbing.
 DEBIAN_PACKAGES := bind9-dnsutils bind9-utils dnsperf nsd unbound dnsmasq-base openvpn \
 	iptables iproute2 procps psmisc openssl python3-venv
+# WireGuard for the lab, userspace (no kernel module here), without recommends: wireguard-tools
+# recommends a kernel image as the provider of its module.
+WIREGUARD_PACKAGES := wireguard-go wireguard-tools
 # What tests/test_image.py builds and runs the image with: podman (runc as its runtime) and
 # mmdebstrap for a base image made from Debian packages. Installed without recommends: podman's
 # (buildah, fuse-overlayfs, slirp4netns, ...) are not used.
@@ -47,6 +50,14 @@ deps-debian:
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	fi
+	@missing=""; for p in $(WIREGUARD_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+			$$missing >/dev/null; \
 	fi
 	@# A kubectl on PATH for the kubectl-plugin test: Debian's kubernetes-client (1.20), unless one is
 	@# there. (The kustomize Component test needs kubectl >= 1.21: the venv's, from the test extra.)
@@ -96,7 +107,8 @@ test-e2e: deps-debian deps-image venv
 
 # The hostile-input catalogue (tests/test_hostile_*.py: spoofing, upstream faults, hostile clients,
 # cache and load, lifecycle): the core set, the slow rest
-# (@pytest.mark.hostile), then a 10-minute soak with faults on a schedule; figures in results/hostile.md.
+# (@pytest.mark.hostile; also a WireGuard peer dying past its 180 s), then a 10-minute soak
+# with faults on a schedule; figures in results/hostile.md.
 test-hostile: deps-debian venv
 	@mkdir -p results && rm -f results/hostile-figures.txt
 	@status=0; \
@@ -104,6 +116,7 @@ test-hostile: deps-debian venv
 		tests/test_hostile_spoofing.py tests/test_hostile_upstream.py tests/test_hostile_clients.py \
 		tests/test_hostile_cache_load.py tests/test_properties.py tests/test_server_inprocess.py \
 		tests/test_lifecycle_inprocess.py || status=$$?; \
+	$(BIN)/python -m pytest -q -s -m hostile tests/test_wireguard_lab.py || status=$$?; \
 	$(BIN)/python -m tests.hostile_soak --minutes 10 --figures results/hostile-figures.txt \
 		--out results/hostile.md || status=$$?; \
 	exit $$status

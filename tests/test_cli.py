@@ -153,7 +153,8 @@ def test_every_positional_argument_says_what_it_is() -> None:
 
 @pytest.mark.parametrize(("argv", "hint"), [
     (["chek", "Corefile"], "invalid choice: chek (choose from serve, demo, check, render, explain, "
-                           "openvpn-hook, verify, inject, webhook, doctor); did you mean check?"),
+                           "openvpn-hook, wireguard-shim, verify, inject, webhook, doctor); "
+                           "did you mean check?"),
     (["render", "--resolver", "corends"], "invalid choice: corends (choose from splitdns, coredns); "
                                           "did you mean coredns?"),
     (["check", "--breif", "Corefile"], "splitdns check: error: unrecognized arguments: --breif "
@@ -169,7 +170,7 @@ def test_a_mistyped_command_choice_or_flag_gets_a_did_you_mean(
     assert hint in capsys.readouterr().err
 
 
-COMMANDS = "(?:serve|demo|check|render|explain|openvpn-hook|verify)"
+COMMANDS = "(?:serve|demo|check|render|explain|openvpn-hook|wireguard-shim|verify)"
 
 
 def _documented_commands() -> list[str]:

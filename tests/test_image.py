@@ -18,6 +18,7 @@ import importlib.metadata
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tomllib
@@ -27,10 +28,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import yaml
 from tools.image_requirements import image_requirements, name_of
 
 from splitdns import __version__
-from splitdns.kube import manifests
+from splitdns.commands import render
+from splitdns.kube import manifests, wireguard_pod
 from tests.lab import PodSpec, configs
 from tests.lab.fixtures import require_lab, sigterm_interrupts
 from tests.lab.netns import wait_for
@@ -150,7 +153,7 @@ def test_image_holds_only_what_serving_needs(built: Built) -> None:
 
 
 def test_image_serves_the_commands_a_cluster_needs(built: Built) -> None:
-    commands = ["serve", "verify", "openvpn-hook"]
+    commands = ["serve", "verify", "openvpn-hook", "wireguard-shim"]
     ours = subprocess.run([sys.executable, "-m", "splitdns", "--help"], capture_output=True, text=True,
                           check=True).stdout
     commands += [c for c in ("webhook",) if re.search(rf"\b{c}\b", ours)]  # once this tree has it
@@ -161,6 +164,25 @@ def test_image_serves_the_commands_a_cluster_needs(built: Built) -> None:
         module = f"splitdns.commands.{command.replace('-', '_')}"
         loaded = in_image(built, "-c", f"import {module}")
         assert loaded.returncode == 0, f"{module} in the image: {loaded.stderr}"
+
+
+def test_the_wireguard_shim_container_runs_as_rendered(built: Built, tmp_path: Path) -> None:
+    """`render --vpn wireguard`'s init container, as the pod runs it (its user, a read-only root, the
+    shared emptyDir), writes a resolvconf the image's own sh runs as wg-quick calls it."""
+    docs = list(yaml.safe_load_all(render.files(render.Request(
+        zones=["svc.acme.internal=wireguard"], cluster_dns="10.96.0.10"))["splitdns.yaml"]))
+    spec = next(d for d in docs if d["kind"] == "Deployment")["spec"]["template"]["spec"]
+    shim = next(c for c in spec["initContainers"] if c["name"] == wireguard_pod.SHIM_CONTAINER)
+    context = shim["securityContext"]
+    script = (f"{shlex.join(shim['command'])} && printf 'nameserver 192.0.2.53\\nsearch corp.example\\n' | "
+              f"SPLITDNS_RESOLVCONF_DIR=/tmp/run {wireguard_pod.BIN_DIR}/resolvconf -a tun.wg0 -m 0 -x && "
+              "cat /tmp/run/tun.wg0")
+    done = built.engine.popen("run", "--rm", "--pull=never", "--network=none", "--read-only",
+                              f"--user={context['runAsUser']}:{context['runAsGroup']}",
+                              f"--tmpfs={wireguard_pod.BIN_DIR}", "--tmpfs=/tmp", "--entrypoint=sh",
+                              TAG, "-c", script)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.endswith("nameserver 192.0.2.53\nsearch corp.example\n"), done.stdout
 
 
 def test_port_53_needs_the_pod_sysctl(built: Built, tmp_path: Path) -> None:

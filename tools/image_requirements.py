@@ -1,8 +1,8 @@
 """Print the requirements the container image installs, one per line, from pyproject.toml.
 
-The image only serves (`serve`, `verify`, `openvpn-hook`, the admission webhook): it takes the
-project's dependencies less those only `render`/`check`/`explain` import, plus every extra except
-the developer ones; both lists are `[tool.splitdns.image]` in pyproject.toml. Run by the
+The image only serves (`serve`, `verify`, `openvpn-hook`, `wireguard-shim`, the admission webhook):
+it takes the project's dependencies less those only `render`/`check`/`explain` import, plus every
+extra except the developer ones; both lists are `[tool.splitdns.image]` in pyproject.toml. Run by the
 Dockerfile's build stage (plain Python 3.11, no third-party module) and by the tests.
 
     python tools/image_requirements.py [pyproject.toml]

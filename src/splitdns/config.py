@@ -166,7 +166,12 @@ def _block(sb: corefile.ServerBlock, read_files: bool = True) -> Block:
             specs[name] = (*specs.get(name, ()), directive.parse(st))  # type: ignore[misc]
         else:
             specs[name] = directive.parse(st)
-    tunnel = next((d for d in directives.steps(directives.TUNNEL_STEP) if d.name in specs), None)
+    tunnels = [d for d in directives.steps(directives.TUNNEL_STEP) if d.name in specs]
+    tunnel = tunnels[0] if tunnels else None
+    if len(tunnels) > 1:
+        first, second = seen[tunnels[0].name], seen[tunnels[1].name]
+        raise ConfigError(second.where, f"{second.name}: this block already follows a tunnel "
+                                        f"({first.name} at {first.where}); one per block")
     if tunnel is not None and not forwards:
         # The tunnel zone's default: fail fast, since a dead tunnel should not cost a timeout.
         forwards.append(forward.ForwardSpec(origin=".", upstreams=(), tunnel=True, max_fails=1,
@@ -174,7 +179,10 @@ def _block(sb: corefile.ServerBlock, read_files: bool = True) -> Block:
                                             where=seen[tunnel.name].where))
     for spec, st in zip(forwards, forward_statements, strict=False):
         if spec.tunnel and tunnel is None:
-            raise ConfigError(st.where, f"forward {spec.origin} openvpn needs an `openvpn` "
+            names = [d.name for d in directives.steps(directives.TUNNEL_STEP)]
+            word = next((a for a in st.args[1:] if a in names), "openvpn")
+            article = "an" if word == "openvpn" else "a"
+            raise ConfigError(st.where, f"forward {spec.origin} {word} needs {article} `{word}` "
                                         "directive in the same block, to say where the tunnel state is")
     return Block(zones=(), port=0, where=sb.where, forwards=tuple(forwards), specs=Specs(specs))
 

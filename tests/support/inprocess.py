@@ -102,7 +102,8 @@ class _Udp(asyncio.DatagramProtocol):
 
 @dataclass
 class FakeUpstream:
-    """A DNS server on `addr` (UDP and TCP, one port) that answers with `handle(query)`.
+    """A DNS server on `addr` (UDP and TCP, one port: `port`, else a free one) that answers with
+    `handle(query)`.
     `tcp_handle`, when given, answers the queries that come over TCP instead (a server that
     truncates over UDP, say). `handle` may be a coroutine function (a slow upstream)."""
 
@@ -127,8 +128,9 @@ class FakeUpstream:
     async def __aenter__(self) -> FakeUpstream:
         assert_loopback(self.addr)
         loop = asyncio.get_running_loop()
-        for _ in range(20):  # the port must be free for both; another process may take it
-            port = free_port(self.addr)
+        fixed = self.port  # a port the test needs (53: what a resolv.conf line names), else any free one
+        for _ in range(1 if fixed else 20):  # the port must be free for both; another process may take it
+            port = fixed or free_port(self.addr)
             try:
                 self._udp, _ = await loop.create_datagram_endpoint(
                     lambda: _Udp(self), local_addr=(self.addr, port))

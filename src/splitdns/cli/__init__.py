@@ -72,6 +72,12 @@ def _openvpn_hook(a: argparse.Namespace) -> int:
     return openvpn_hook.run(a.state)
 
 
+def _wireguard_shim(a: argparse.Namespace) -> int:
+    from splitdns.commands import wireguard_shim
+
+    return wireguard_shim.run(a.dir)
+
+
 def _verify(a: argparse.Namespace) -> int:
     from splitdns.commands import verify
 
@@ -121,7 +127,7 @@ def _doctor(a: argparse.Namespace) -> int:
 RUNNERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve, "demo": _demo, "check": _check, "render": _render, "explain": _explain,
     "openvpn-hook": _openvpn_hook, "verify": _verify, "inject": _inject, "webhook": _webhook,
-    "doctor": _doctor,
+    "doctor": _doctor, "wireguard-shim": _wireguard_shim,
 }
 
 

@@ -91,6 +91,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     _add_render(commands)
     _add_explain(commands)
     _add_openvpn_hook(commands)
+    _add_wireguard_shim(commands)
     _add_verify(commands)
     _add_inject(commands)
     _add_webhook(commands)
@@ -142,7 +143,8 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
                "  70 internal error (a bug in splitdns)")
     p.add_argument("--zone", action="append", default=[], dest="zones", metavar="ZONE=UPSTREAM[,UPSTREAM]",
                    help="A zone and its upstream addresses, or ZONE=openvpn for the DNS the VPN "
-                        "pushes, learned at run time. Repeat for each zone.")
+                        "pushes (ZONE=wireguard: the DNS = line of the wg-quick config), learned at "
+                        "run time. Repeat for each zone.")
     p.add_argument("--corefile", metavar="FILE", help="Take zones and upstreams from an existing Corefile "
                    "(or the ConfigMap YAML that holds one).")
     cluster = p.add_mutually_exclusive_group()
@@ -177,8 +179,7 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
                         "image.")
     p.add_argument("--coredns-image", default="coredns/coredns:1.12.1", help="The CoreDNS image.")
     p.add_argument("--app-image", default="your-app-image", help="The app image of the full example.")
-    p.add_argument("--vpn-image", default="your-openvpn-client-image",
-                   help="The OpenVPN client image of the full example.")
+    _add_vpn(p)
     p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
     p.add_argument("--output-dir", metavar="DIR", help="Write the files into DIR instead of stdout.")
@@ -218,6 +219,19 @@ def _add_openvpn_hook(commands: argparse._SubParsersAction[Parser]) -> None:
                     "as an up or down script, 70 internal error.")
     p.add_argument("--state", required=True, metavar="FILE", help="The state file to write.")
     p.add_argument("openvpn_args", nargs="*", help=argparse.SUPPRESS)
+
+
+def _add_wireguard_shim(commands: argparse._SubParsersAction[Parser]) -> None:
+    p = commands.add_parser(
+        "wireguard-shim", help="Write a resolvconf for wg-quick that hands its DNS to splitdns serve.",
+        description="Write DIR/resolvconf, a POSIX sh script for the WireGuard container's PATH: "
+                    "wg-quick calls it at up with the nameserver and search lines of its DNS = line, "
+                    "and at down; it records them in $SPLITDNS_RESOLVCONF_DIR (default "
+                    "/run/splitdns), a volume the resolver reads through `wireguard { resolvconf DIR "
+                    "}`. `resolvconf --watch IFACE` in that container copies the last handshakes "
+                    "there too, which the resolver cannot read without CAP_NET_ADMIN.")
+    p.add_argument("dir", metavar="DIR",
+                   help="Where to write the script (a volume the VPN container mounts).")
 
 
 def _add_verify(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -270,7 +284,8 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
     `corefile` False for the webhook: its image cannot read YAML, and its zones come spelled out."""
     p.add_argument("--zone", action="append", default=[], dest="zones", metavar="ZONE=UPSTREAM[,UPSTREAM]",
                    help="A zone and its upstream addresses, or ZONE=openvpn for the DNS the VPN "
-                        "pushes, learned at run time. Repeat for each zone.")
+                        "pushes (ZONE=wireguard: the DNS = line of the wg-quick config), learned at "
+                        "run time. Repeat for each zone.")
     if corefile:
         p.add_argument("--corefile", metavar="FILE",
                        help="Take zones and upstreams from an existing Corefile.")
@@ -296,9 +311,21 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
                    help="native (default; first init container with restartPolicy Always, Kubernetes "
                         ">= 1.29) or classic (first regular container, for older clusters).")
     p.add_argument("--image", default=DEFAULT_IMAGE, help="The splitdns image.")
+    _add_vpn(p)
     p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
     _add_expected_qps(p)
+
+
+def _add_vpn(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--vpn", choices=("openvpn", "wireguard"),
+                   help="The pod's VPN (default: the one the tunnel zones name, else openvpn). With "
+                        "wireguard, the pod also gets a WireGuard sidecar running wg-quick from the "
+                        "Secret wireguard-client (wg0.conf), with our resolvconf shim on its PATH.")
+    p.add_argument("--vpn-image", default="your-openvpn-client-image",
+                   help="The VPN client image: OpenVPN's in the full example, or the WireGuard sidecar's "
+                        "(wg-quick; wireguard-go without the kernel module; default "
+                        "your-wireguard-image then).")
 
 
 def _add_inject(commands: argparse._SubParsersAction[Parser]) -> None:

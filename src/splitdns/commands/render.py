@@ -43,6 +43,7 @@ class Request:
     app_image: str = manifests.DEFAULT_APP_IMAGE
     vpn_image: str = manifests.DEFAULT_VPN_IMAGE
     management: str = "127.0.0.1:7505"
+    vpn: str | None = None            # openvpn or wireguard; None: what the tunnel zones name
     output_dir: str | None = None
     webhook_namespace: str = "splitdns-system"
     reads_cluster: bool = True  # False for `splitdns webhook`, which has no --cluster-dns-from-cluster
@@ -66,7 +67,7 @@ def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict
     manifests.cpu_request(req.expected_qps)
     plan = build_plan(req)
     opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, app_image=req.app_image,
-                   vpn_image=req.vpn_image, sidecar=req.sidecar, expected_qps=req.expected_qps)
+                   vpn_image=vpn_image(req, plan), sidecar=req.sidecar, expected_qps=req.expected_qps)
     return render.render(plan, opts, req.form)
 
 
@@ -80,9 +81,20 @@ def injection_settings(req: Request, excluded: tuple[str, ...] = ()) -> Settings
         raise PlanError("injection runs our image only (--resolver splitdns): the Corefile travels in an "
                         "environment variable, which CoreDNS cannot read as its config")
     manifests.cpu_request(req.expected_qps)  # a PlanError here, not in every injection
-    return Settings(build_plan(req), image=req.image, sidecar=req.sidecar,
+    plan = build_plan(req)
+    return Settings(plan, image=req.image, sidecar=req.sidecar,
                     excluded_namespaces=tuple(dict.fromkeys((*ALWAYS_EXCLUDED, *excluded))),
-                    expected_qps=req.expected_qps)
+                    expected_qps=req.expected_qps, vpn_image=vpn_image(req, plan))
+
+
+def vpn_image(req: Request, plan: Plan) -> str:
+    """--vpn-image, or the placeholder that names the plan's VPN."""
+    from splitdns.kube import wireguard_pod
+    from splitdns.kube.plan import WIREGUARD
+
+    if plan.vpn == WIREGUARD and req.vpn_image == manifests.DEFAULT_VPN_IMAGE:
+        return wireguard_pod.DEFAULT_IMAGE
+    return req.vpn_image
 
 
 def build_plan(req: Request) -> Plan:
@@ -120,7 +132,7 @@ def build_plan(req: Request) -> Plan:
     return build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
                  else req.resolver, namespace=req.namespace, cluster_domain=req.cluster_domain,
                  ndots=req.ndots, management=req.management, cluster_wide=form == "cluster-wide",
-                 reads_cluster=req.reads_cluster)
+                 reads_cluster=req.reads_cluster, vpn=req.vpn)
 
 
 def run(req: Request, webhook_settings: WebhookSettings | None = None) -> int:

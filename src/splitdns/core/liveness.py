@@ -128,13 +128,14 @@ class TunnelChange:
     probe_loops: bool
 
 
-def follow_tunnel(zone: Zone, state: TunnelState, ours: set[tuple[str, int]]) -> TunnelChange:
+def follow_tunnel(zone: Zone, state: TunnelState, ours: set[tuple[str, int]],
+                  origin: str = "pushed by the VPN server") -> TunnelChange:
     """The zone takes the tunnel's new state: its tunnel forwards ask the pushed servers (health
     kept for those that stay). A pushed server that is this very server is a loop, said at
     once; other new servers are probed for a loop where the block asks for it (`loop`)."""
     zone.tunnel = state
     learn = state.pushed.domains if zone.learns_domains and state.pushed.domains else None
-    ups = [Upstream(host, port, "pushed by the VPN server") for host, port in state.pushed.servers]
+    ups = [Upstream(host, port, origin) for host, port in state.pushed.servers]
     changed = any([f.set_upstreams(ups) for f in zone.forwards if f.spec.tunnel])
     if not (changed and ups):
         return TunnelChange(learn, None, False)

@@ -77,7 +77,7 @@ class Zone:
         self.loop = LoopGuard(self.name, self.stats, self.upstream_list, loop_probes)
         tunnel = any(block.uses(d) for d in directives.steps(directives.TUNNEL_STEP))
         self.tunnel: TunnelState | None = TunnelState() if tunnel else None
-        vpn = block[directives.OPENVPN]
+        vpn = block[directives.OPENVPN] or block[directives.WIREGUARD]
         self.learns_domains = vpn is not None and vpn.domains  # routes the domains pushed to it
         self.loops_probed = block.uses(directives.LOOP)
         spec = block[directives.PRIVATE_ADDRESSES]

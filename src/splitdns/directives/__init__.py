@@ -31,6 +31,7 @@ from splitdns.directives import (
     private,
     rewrite,
     template,
+    wireguard,
 )
 
 S = TypeVar("S", covariant=True)
@@ -82,13 +83,14 @@ HOSTS = Once("hosts", hosts.parse, step=LOCAL_STEP)
 LOOP = Once("loop", operations.parse_loop, step=LOOP_STEP)
 PRIVATE_ADDRESSES = Once("private_addresses", private.parse, step=REPLY_STEP, stored=True, coredns=False)
 OPENVPN = Once("openvpn", openvpn.parse, step=TUNNEL_STEP, stored=True, coredns=False)
+WIREGUARD = Once("wireguard", wireguard.parse, step=TUNNEL_STEP, stored=True, coredns=False)
 # `forward`'s parser also takes whether to read resolv.conf files (config.build).
 FORWARD = Repeated("forward", forward.parse, step=FORWARD_STEP, stored=True)
 
 # The per-query order: CoreDNS's plugin.cfg among the directives we share, ours where they act.
 REGISTRY: tuple[Directive[object], ...] = (
     RELOAD, BIND, LIMITS, READY, HEALTH, PROMETHEUS, ERRORS, LOG, LOADBALANCE, CACHE, REWRITE,
-    MINIMAL, TEMPLATE, HOSTS, LOOP, PRIVATE_ADDRESSES, OPENVPN, FORWARD,
+    MINIMAL, TEMPLATE, HOSTS, LOOP, PRIVATE_ADDRESSES, OPENVPN, WIREGUARD, FORWARD,
 )
 BY_NAME: dict[str, Directive[object]] = {d.name: d for d in REGISTRY}
 SUPPORTED = tuple(sorted(BY_NAME))

@@ -25,7 +25,8 @@ Syntax (CoreDNS's, minus DoH, gRPC and hostnames):
 
 TO is `IP`, `IP:PORT`, `[IPv6]:PORT`, `dns://` before any of them, the path of a
 resolv.conf file whose `nameserver` lines are read once, at load, or `openvpn`: the
-servers the VPN server pushes (the block needs an `openvpn` directive). `tls://IP[:PORT]`
+servers the VPN server pushes (the block needs an `openvpn` directive), or `wireguard`: the
+DNS servers of the block's `wireguard` tunnel. `tls://IP[:PORT]`
 is DNS over TLS (port 853 by default): the certificate is verified against the system's
 CAs or `tls`'s CA file, for `tls_servername` (else the IP address itself), with a client
 certificate when `tls` names one; connections are kept for `expire` and reused, and none
@@ -111,7 +112,7 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
     files: list[str] = []
     tunnel = False
     for text in st.args[1:]:
-        if text == "openvpn":
+        if text in ("openvpn", "wireguard"):
             tunnel = True
             continue
         if targets.is_file_target(text):
@@ -129,7 +130,8 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
     if len(upstreams) > MAX_UPSTREAMS:
         raise ConfigError(st.where, f"forward: more than {MAX_UPSTREAMS} upstreams")
     if tunnel and (upstreams or files):
-        raise ConfigError(st.where, "forward: `openvpn` cannot be mixed with fixed upstreams")
+        raise ConfigError(st.where, "forward: `openvpn` or `wireguard` cannot be mixed with fixed "
+                                    "upstreams")
     options: dict[str, object] = {"where": st.where, "files": tuple(files),
                                   "tunnel": tunnel}
     tls: dict[str, str] = {}

@@ -15,7 +15,7 @@ from splitdns.directives import bind, forward
 from splitdns.errors import ConfigError, Location
 
 # Directives that change what a block listens on or where it sends queries; the rest are only named.
-_TUNNEL = "openvpn"
+_TUNNELS = tuple(d.name for d in directives.steps(directives.TUNNEL_STEP))
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,13 @@ class Block:
 
     @property
     def tunnel(self) -> bool:
-        """The block takes its upstreams from the VPN (`openvpn` directive)."""
-        return self.directive(_TUNNEL) is not None
+        """The block takes its upstreams from the VPN (`openvpn` or `wireguard` directive)."""
+        return self.tunnel_statement is not None
+
+    @property
+    def tunnel_statement(self) -> corefile.Statement | None:
+        """The `openvpn` or `wireguard` line of the block, if it has one."""
+        return next((st for st in self.statements if st.name in _TUNNELS), None)
 
     @property
     def name(self) -> str:

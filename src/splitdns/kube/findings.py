@@ -25,7 +25,8 @@ _TABLE = (
     # Input.
     Code("SD001", ERROR, "file cannot be read or recognised",
          "check cannot vouch for a file it could not read.",
-         "pass a Corefile, Kubernetes YAML or an OpenVPN client config (.ovpn/.conf)."),
+         "pass a Corefile, Kubernetes YAML, an OpenVPN client config (.ovpn/.conf) or a wg-quick "
+         "config."),
     Code("SD002", ERROR, "YAML does not parse",
          "kubectl would refuse the file before anything reaches the cluster.",
          "fix the YAML syntax at the line shown."),
@@ -127,6 +128,31 @@ _TABLE = (
          "the VPN client must resolve its server before the tunnel exists (and again on reconnect), "
          "but the in-pod resolver sends that name into the tunnel.",
          "give `remote` as an IP address, or make sure its zone is forwarded to a non-tunnel upstream."),
+    # WireGuard.
+    Code("SD302", ERROR, "WireGuard AllowedIPs take the cluster's addresses",
+         "wg-quick routes AllowedIPs into the tunnel: the cluster DNS, Services and pods behind it are "
+         "then asked through the VPN, and cluster names and Services stop working.",
+         "list only the networks behind the VPN in AllowedIPs (the message computes the list without "
+         "the cluster's ranges it knows of)."),
+    Code("SD303", ERROR, "WireGuard DNS = names the in-pod resolver",
+         "the `wireguard` block forwards the tunnel zone to the servers of the DNS = line: 127.0.0.1 is "
+         "that resolver itself, so every query of the zone loops until it times out.",
+         "name the DNS server behind the tunnel in DNS = (the resolver is the pod's nameserver already)."),
+    Code("SD304", ERROR, "WireGuard Endpoint resolves only through the tunnel",
+         "wg-quick resolves Endpoint before the tunnel exists, and WireGuard needs it again to roam; "
+         "the in-pod resolver sends that name into the tunnel.",
+         "give Endpoint as IP:PORT, or make sure its zone is forwarded to a non-tunnel upstream."),
+    Code("SD305", WARNING, "WireGuard peer without PersistentKeepalive",
+         "WireGuard sends nothing while idle: behind NAT the mapping expires and the peer cannot reach "
+         "the pod; the last handshake ages and the resolver reads the tunnel as down until traffic "
+         "comes.",
+         "add PersistentKeepalive = 25 to the [Peer]."),
+    Code("SD306", ERROR, "WireGuard config without a DNS = address for a `wireguard` block",
+         "the block forwards to the servers of the DNS = line; without one, wg-quick hands nothing to "
+         "resolvconf and the tunnel zone never answers (a rendered pod never gets past the WireGuard "
+         "sidecar's startup probe).",
+         "add `DNS = ADDRESS` (the DNS server behind the tunnel, with the zone's names after it) to the "
+         "[Interface]."),
     # Manifests.
     Code("SD401", ERROR, "manifest does not match the Kubernetes schema",
          "the API server of that version rejects it (strict: unknown fields such as typos fail too).",

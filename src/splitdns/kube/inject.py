@@ -24,9 +24,9 @@ from functools import cached_property
 from typing import Any
 
 from splitdns import __version__
-from splitdns.kube import corefiles, manifests, sizing, vpn_container
+from splitdns.kube import corefiles, manifests, sizing, vpn_container, wireguard_pod
 from splitdns.kube.image import DEFAULT_IMAGE
-from splitdns.kube.plan import Plan
+from splitdns.kube.plan import WIREGUARD, Plan
 
 Doc = dict[str, Any]
 
@@ -58,6 +58,12 @@ class Settings:
     # key, mounted (a changed ConfigMap then reaches running pods, through the resolver's `reload`).
     configmap: str = ""
     expected_qps: int = sizing.TYPICAL_QPS  # queries a second per pod: the CPU request
+    vpn_image: str = wireguard_pod.DEFAULT_IMAGE  # with a WireGuard plan: its sidecar (wireguard_pod)
+    vpn_secret: str = wireguard_pod.SECRET
+
+    @property
+    def wireguard(self) -> bool:
+        return self.plan.vpn == WIREGUARD and any(r.tunnel for r in self.plan.routes)
 
     @property
     def container(self) -> str:
@@ -85,6 +91,7 @@ class Settings:
         data = {"corefile": self.corefile, "image": self.image, "sidecar": self.sidecar,
                 "expected_qps": self.expected_qps,
                 **({"configmap": self.configmap} if self.configmap else {}),
+                **({"vpn_image": self.vpn_image, "vpn_secret": self.vpn_secret} if self.wireguard else {}),
                 "ndots": self.plan.ndots, "cluster_domain": self.plan.cluster_domain}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -267,6 +274,8 @@ def _refuse_conflicts(spec: Doc, settings: Settings) -> None:
 def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> None:
     spec: Doc = pod["spec"]
     _refuse_conflicts(spec, settings)
+    if (why := wireguard_pod.prepare(spec, STATUS in _annotations(pod), settings.wireguard)) is not None:
+        raise Refused(why)
     mounted_before = False
     for key, i in reversed(_ours(spec)):  # re-injection: ours is rebuilt, in first place
         mounted_before |= spec[key][i].get("name") == MOUNTED_CONTAINER
@@ -293,6 +302,9 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
     if vpn:
         warnings.append(vpn)
     _sysctl(spec)
+    if settings.wireguard:
+        wireguard_pod.add(spec, container, settings.image, settings.vpn_image, settings.vpn_secret,
+                          settings.sidecar)
     if settings.configmap or mounted_before:  # the Corefile volume follows our container (in or out)
         volumes = [v for v in _list(spec.get("volumes"), "spec.volumes")
                    if not (isinstance(v, dict) and v.get("name") == manifests.COREFILE_VOLUME)]

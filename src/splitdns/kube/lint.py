@@ -7,13 +7,22 @@ Corefile; when nothing says, every pod-side Corefile given is taken as the pod's
 
 from __future__ import annotations
 
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from splitdns.codec.wire import name_to_wire
 from splitdns.core.routing import Router
 from splitdns.core.zone import Zone
-from splitdns.kube import corefile_lint, pod_lint, schema, sources
+from splitdns.kube import (
+    corefile_lint,
+    openvpn_conf,
+    pod_lint,
+    schema,
+    sources,
+    wireguard_conf,
+    wireguard_lint,
+)
 from splitdns.kube.corefile_model import Block, Model
 from splitdns.kube.findings import Finding, ordered
 from splitdns.kube.sources import POD, CorefileSource, Inputs, Workload
@@ -42,6 +51,7 @@ def check(paths: Sequence[str], opts: Options) -> list[Finding]:
         models = [src.model for src in _corefiles_of(w, inputs)]
         out += pod_lint.check(w, models, opts.kube_version)
     out += _vpn_remotes(inputs)
+    out += wireguard_lint.check(inputs)
     return ordered(out)
 
 
@@ -83,7 +93,8 @@ def _tunnel_test(src: CorefileSource, inputs: Inputs) -> corefile_lint.IsTunnel:
     (not the cluster's, not `.`) forwards to the same address: that zone's server is behind the VPN.
     Without a tunnel, a private zone and `.` sharing an upstream is just a shared upstream."""
     private: dict[str, str] = {}
-    tunnel_in_sight = bool(inputs.vpn_configs) or any(b.tunnel for b in src.model.blocks)
+    tunnel_in_sight = bool(inputs.vpn_configs or inputs.wireguard_configs) or any(
+        b.tunnel for b in src.model.blocks)
     for block in src.model.blocks if tunnel_in_sight else ():
         if not block.zones or block.is_root or any(z.endswith(_NOT_PRIVATE) for z in block.zones):
             continue
@@ -92,7 +103,9 @@ def _tunnel_test(src: CorefileSource, inputs: Inputs) -> corefile_lint.IsTunnel:
                 private.setdefault(up.host, block.zones[0])
 
     def is_tunnel(address: str) -> str | None:
-        for conf in inputs.vpn_configs:
+        configs: list[openvpn_conf.ClientConfig | wireguard_conf.WgConfig] = [
+            *inputs.vpn_configs, *inputs.wireguard_configs]
+        for conf in configs:
             if conf.behind_tunnel(address):
                 return f"{address} is behind the tunnel of {conf.path}"
         if address in private:
@@ -114,7 +127,24 @@ def _vpn_remotes(inputs: Inputs) -> list[Finding]:
                 if why:
                     out.append(Finding(conf.path, remote.line, "SD301",
                                        f"remote {remote.host}: {why} in {src.file}"))
+    for wg in inputs.wireguard_configs:
+        for peer in wg.peers:
+            if peer.endpoint is None or _is_address(peer.endpoint[0]):
+                continue
+            host, line = peer.endpoint
+            for src in pod_models:
+                why = _tunnel_owner(src.model, host, _tunnel_test(src, inputs))
+                if why:
+                    out.append(Finding(wg.path, line, "SD304", f"Endpoint {host}: {why} in {src.file}"))
     return out
+
+
+def _is_address(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
 
 
 def _tunnel_owner(model: Model, host: str, is_tunnel: corefile_lint.IsTunnel) -> str | None:
@@ -138,7 +168,8 @@ def _tunnel_owner(model: Model, host: str, is_tunnel: corefile_lint.IsTunnel) ->
         return None
     block = by_zone[id(owner)]
     if block.tunnel:
-        return f"it falls in block {block.name}, which takes its upstreams from OpenVPN"
+        vpn = "OpenVPN" if block.directive("openvpn") is not None else "WireGuard"
+        return f"it falls in block {block.name}, which takes its upstreams from {vpn}"
     fwd = owner.forward_for(wire)
     for up in fwd.spec.upstreams if fwd is not None else ():
         why = is_tunnel(up.host)

@@ -17,6 +17,8 @@ from splitdns.addresses import host_port
 from splitdns.kube import corefile_model
 
 OPENVPN = "openvpn"
+WIREGUARD = "wireguard"
+VPNS = (OPENVPN, WIREGUARD)
 RESOLVERS = ("splitdns", "coredns")
 DEFAULT_MANAGEMENT = "127.0.0.1:7505"
 
@@ -31,13 +33,16 @@ class Route:
     upstreams: tuple[str, ...]      # IP or IP:PORT; empty when learned from OpenVPN
     source: str                     # where the address came from, for the ownership record
     probe: str | None = None        # a name in the zone the readiness probe asks
+    vpn: str = OPENVPN              # which tunnel's DNS, when learned at run time
 
     @property
     def tunnel(self) -> bool:
         return not self.upstreams
 
     def upstream_text(self) -> str:
-        return "OpenVPN-pushed DNS" if self.tunnel else " ".join(self.upstreams)
+        if not self.tunnel:
+            return " ".join(self.upstreams)
+        return "OpenVPN-pushed DNS" if self.vpn == OPENVPN else "the DNS of wg-quick's DNS = line"
 
 
 @dataclass(frozen=True)
@@ -54,6 +59,7 @@ class Plan:
     cluster_domain: str = "cluster.local"
     ndots: int = 5
     management: str = DEFAULT_MANAGEMENT
+    vpn: str = OPENVPN              # the VPN sidecar: OpenVPN (the user's), or WireGuard (ours)
 
     @property
     def owner(self) -> str:
@@ -84,7 +90,7 @@ def upstream(text: str, zone: str) -> str:
         ip = ipaddress.ip_address(host)
     except ValueError:
         raise PlanError(f"zone {zone}: upstream {text!r} is not an IP address (IP, IP:PORT or "
-                        f"[IPv6]:PORT) nor `{OPENVPN}`") from None
+                        f"[IPv6]:PORT) nor `{OPENVPN}` or `{WIREGUARD}`") from None
     if port and not (port.isdigit() and 0 < int(port) < 65536):
         raise PlanError(f"zone {zone}: {port!r} is not a port")
     if not port or port == "53":
@@ -93,7 +99,7 @@ def upstream(text: str, zone: str) -> str:
 
 
 def parse_zone_flag(text: str) -> Route:
-    """`ZONE=UPSTREAM[,UPSTREAM...]`, UPSTREAM an address or `openvpn`."""
+    """`ZONE=UPSTREAM[,UPSTREAM...]`, UPSTREAM an address, or `openvpn` or `wireguard`."""
     zone_text, sep, targets = text.partition("=")
     if not sep or not targets:
         raise PlanError(f"--zone {text!r}: expected ZONE=UPSTREAM[,UPSTREAM...] "
@@ -102,8 +108,12 @@ def parse_zone_flag(text: str) -> Route:
     parts = [t.strip() for t in targets.split(",") if t.strip()]
     if parts == [OPENVPN]:
         return Route(zone, (), f"learned at run time from OpenVPN (--zone {zone_text}={OPENVPN})")
-    if OPENVPN in parts:
-        raise PlanError(f"--zone {text!r}: `{OPENVPN}` cannot be mixed with addresses")
+    if parts == [WIREGUARD]:
+        return Route(zone, (), f"learned at run time from wg-quick (--zone {zone_text}={WIREGUARD})",
+                     vpn=WIREGUARD)
+    for vpn in VPNS:
+        if vpn in parts:
+            raise PlanError(f"--zone {text!r}: `{vpn}` cannot be mixed with addresses")
     return Route(zone, tuple(upstream(p, zone) for p in parts), f"given: --zone {text}")
 
 
@@ -115,11 +125,14 @@ def routes_from_corefile(model: corefile_model.Model) -> list[Route]:
     for block in model.blocks:
         if block.errors:
             raise PlanError(str(block.errors[0][1]))
+        vpn = OPENVPN
         if block.tunnel:
             where = block.directive(OPENVPN)
+            if where is None:
+                where, vpn = block.directive(WIREGUARD), WIREGUARD
             assert where is not None
             ups: tuple[str, ...] = ()
-            source = f"learned at run time from OpenVPN ({where.where})"
+            source = f"learned at run time from {'OpenVPN' if vpn == OPENVPN else 'wg-quick'} ({where.where})"
         else:
             fwd = next((f for f in block.forwards if f.spec.origin == "." or f.spec.origin in block.zones),
                        None)
@@ -129,7 +142,7 @@ def routes_from_corefile(model: corefile_model.Model) -> list[Route]:
                                 "give the zone with --zone ZONE=ADDRESS")
             ups = tuple(upstream(str(u), block.zones[0]) for u in fwd.spec.upstreams)
             source = f"from {fwd.statement.where}"
-        out.extend(Route(zone, ups, source) for zone in block.zones)
+        out.extend(Route(zone, ups, source, vpn=vpn) for zone in block.zones)
     return out
 
 
@@ -137,7 +150,7 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
           probes: Sequence[str] = (), *, resolver: str = "splitdns", namespace: str = "default",
           cluster_domain: str = "cluster.local", ndots: int = 5,
           management: str = DEFAULT_MANAGEMENT, cluster_wide: bool = False,
-          reads_cluster: bool = True) -> Plan:
+          reads_cluster: bool = True, vpn: str | None = None) -> Plan:
     """Merge the inputs: flags override a Corefile; the cluster DNS fills the cluster zone and `.`.
     `cluster_wide`: the private zones only, for the cluster's own CoreDNS (no cluster DNS needed).
     `reads_cluster`: whether the command has --cluster-dns-from-cluster, to suggest it."""
@@ -164,8 +177,9 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
     default_probe = {domain: f"kubernetes.default.svc.{domain.rstrip('.')}"}
     ordered = sorted(by_zone.values(), key=lambda r: (r.zone == ".", r.zone == domain, r.zone))
     routes = tuple(Route(r.zone, r.upstreams, r.source,
-                         probe_for.get(r.zone, default_probe.get(r.zone, _apex(r.zone))))
+                         probe_for.get(r.zone, default_probe.get(r.zone, _apex(r.zone))), r.vpn)
                    for r in ordered)
+    vpn = _vpn(routes, vpn)
     if resolver not in RESOLVERS:
         raise PlanError(f"--resolver {resolver!r}: use one of {', '.join(RESOLVERS)}")
     if resolver == "coredns":
@@ -174,7 +188,21 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
                 raise PlanError(f"zone {r.zone}: CoreDNS cannot learn the tunnel's DNS at run time; "
                                 "give its address (--zone ZONE=IP) or use --resolver splitdns")
     return _checked(Plan(routes=routes, resolver=resolver, namespace=namespace,
-                         cluster_domain=domain.rstrip("."), ndots=ndots, management=management))
+                         cluster_domain=domain.rstrip("."), ndots=ndots, management=management, vpn=vpn))
+
+
+def _vpn(routes: tuple[Route, ...], given: str | None) -> str:
+    """The pod's one VPN: the one its tunnel zones name, which --vpn must not contradict."""
+    named = {r.vpn for r in routes if r.tunnel}
+    if given is not None and given not in VPNS:
+        raise PlanError(f"--vpn {given!r}: use one of {', '.join(VPNS)}")
+    if len(named) > 1:
+        raise PlanError("zones learned from both OpenVPN and WireGuard: a pod has one tunnel")
+    if given is not None and named and named != {given}:
+        zone = next(r.zone for r in routes if r.tunnel)
+        raise PlanError(f"--vpn {given}, but zone {zone} is learned from {named.pop()}; write "
+                        f"--zone {zone.rstrip('.')}={given}")
+    return given or (named.pop() if named else OPENVPN)
 
 
 def _checked(plan: Plan) -> Plan:

@@ -40,7 +40,7 @@ class DNSContainer:
 # splitdns commands that are not the resolver: the image runs them too (the webhook's Deployment,
 # a verify or doctor Job), and such a container has no port 53 to bind nor a resolv.conf to own.
 _NOT_RESOLVER = frozenset(("webhook", "doctor", "render", "check", "inject", "verify", "explain",
-                           "openvpn-hook"))
+                           "openvpn-hook", "wireguard-shim"))
 
 
 def dns_containers(spec: dict[str, Any]) -> Iterator[DNSContainer]:

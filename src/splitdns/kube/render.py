@@ -12,10 +12,10 @@ import hashlib
 from typing import Any
 
 from splitdns import __version__
-from splitdns.kube import corefiles, inject, manifests, yamlio
+from splitdns.kube import corefiles, inject, manifests, wireguard_pod, yamlio
 from splitdns.kube.image import DEFAULT_IMAGE
 from splitdns.kube.manifests import Options
-from splitdns.kube.plan import Plan
+from splitdns.kube.plan import WIREGUARD, Plan
 
 Doc = dict[str, Any]
 
@@ -48,7 +48,8 @@ def inject_settings(plan: Plan, opts: Options) -> inject.Settings:
     No namespace is excluded: the user named it (the webhook's exclusions guard against mistakes)."""
     image = opts.coredns_image if plan.resolver == "coredns" else opts.image
     return inject.Settings(plan, image=image, sidecar=opts.sidecar, excluded_namespaces=(),
-                           configmap=opts.configmap, expected_qps=opts.expected_qps)
+                           configmap=opts.configmap, expected_qps=opts.expected_qps,
+                           vpn_image=opts.vpn_image)
 
 
 def _injected(template: Doc, plan: Plan, opts: Options) -> Doc:
@@ -69,6 +70,8 @@ def deployment_doc(plan: Plan, opts: Options, corefile: str) -> Doc:
         {"name": "openvpn-client", "secret": {"secretName": "openvpn-client"}},
         {"name": "dev-tun", "hostPath": {"path": "/dev/net/tun", "type": "CharDevice"}},
     ]
+    if plan.vpn == WIREGUARD:  # the injection adds the WireGuard sidecar itself (wireguard_pod)
+        spec = {"containers": [app]}
     labels = {"app": opts.name}
     template = _injected({"metadata": {"labels": labels, "annotations": _pod_annotations(plan, corefile)},
                           "spec": spec}, plan, opts)
@@ -98,6 +101,9 @@ def patch_doc(plan: Plan, opts: Options) -> Doc:
     del spec["securityContext"]  # only the sysctl, which the replacement adds
     dns = next(c for c in spec[manifests.containers_key(opts)] if c["name"] == inject.MOUNTED_CONTAINER)
     dns["env"] = [dict(inject.PORT_SYSCTL)]  # the replacement's source: a {name, value} pair, quoted "53"
+    for c in spec.get(manifests.containers_key(opts), []):
+        if c["name"] == wireguard_pod.CONTAINER:  # the same for its sysctl (wireguard_pod.replacement)
+            c["env"].append(dict(wireguard_pod.SRC_VALID_MARK))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -114,13 +120,33 @@ def deployment(plan: Plan, opts: Options) -> dict[str, str]:
         "The Secret openvpn-client, holding the VPN client config as client.conf (the vpn container "
         "reads /etc/openvpn/client/client.conf):",
         f"  kubectl -n {ns} create secret generic openvpn-client --from-file=client.conf=client.ovpn"]]
+    if plan.vpn == WIREGUARD:
+        before = wireguard_steps(plan)
     examples = [f"{flag} (now {value})" for flag, value, default in (
         ("--app-image", opts.app_image, manifests.DEFAULT_APP_IMAGE),
-        ("--vpn-image", opts.vpn_image, manifests.DEFAULT_VPN_IMAGE)) if value == default]
+        ("--vpn-image", opts.vpn_image, manifests.DEFAULT_VPN_IMAGE),
+        ("--vpn-image", opts.vpn_image, wireguard_pod.DEFAULT_IMAGE)) if value == default]
     if examples:
         before.append(f"Replace the example's placeholder images with yours: {', '.join(examples)}.")
     header = _header(plan, opts, f"apply with `kubectl apply -n {ns} -f splitdns.yaml`", before)
     return {"splitdns.yaml": yamlio.dump_all(docs, header)}
+
+
+def wireguard_steps(plan: Plan) -> list[str | list[str]]:
+    ns, conf = plan.namespace, f"{wireguard_pod.INTERFACE}.conf"
+    return [
+        [f"Check the wg-quick config against the cluster first (AllowedIPs must not take the cluster's "
+         f"ranges): splitdns check {conf} splitdns.yaml",
+         f"Then the Secret {wireguard_pod.SECRET}, holding it as {conf} (the wireguard container runs "
+         f"wg-quick up {wireguard_pod.CONFIG}):",
+         f"  kubectl -n {ns} create secret generic {wireguard_pod.SECRET} --from-file={conf}={conf}"],
+        [f"The pod sets the sysctl {wireguard_pod.SRC_VALID_MARK['name']}=1, which wg-quick needs for "
+         "AllowedIPs = 0.0.0.0/0 and which the kubelet allows only when told to "
+         f"(--allowed-unsafe-sysctls={wireguard_pod.SRC_VALID_MARK['name']}); with an AllowedIPs "
+         "that leaves the cluster out (what `splitdns check` suggests) remove it from the pod."],
+        ["The wireguard image needs wg-quick and, without the kernel module, wireguard-go; the "
+         "container runs it as root with NET_ADMIN only, with our resolvconf first on its PATH."],
+    ]
 
 
 def component(plan: Plan, opts: Options) -> dict[str, str]:
@@ -128,7 +154,10 @@ def component(plan: Plan, opts: Options) -> dict[str, str]:
     patch_text = yamlio.dump(patch_doc(plan, opts))
     doc = manifests.component(plan, opts, corefile, patch_text)
     before: list[str | list[str]] = []
-    if any(r.tunnel for r in plan.routes):
+    if plan.vpn == WIREGUARD:
+        doc["replacements"].append(wireguard_pod.replacement(opts.name, manifests.containers_key(opts)))
+        before = wireguard_steps(plan)
+    elif any(r.tunnel for r in plan.routes):
         host, _, port = plan.management.rpartition(":")
         before.append(f"The VPN container of {opts.name} runs OpenVPN with --management {host} {port} "
                       "--management-up-down --management-hold (the resolver learns the pushed DNS there).")

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from splitdns.errors import ConfigError, Location
-from splitdns.kube import corefile_model, openvpn_conf, yamlio
+from splitdns.kube import corefile_model, openvpn_conf, wireguard_conf, yamlio
 from splitdns.kube.findings import Finding
 
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
@@ -66,15 +66,18 @@ class Inputs:
     workloads: list[Workload] = field(default_factory=list)
     documents: list[tuple[str, yamlio.Document]] = field(default_factory=list)
     vpn_configs: list[openvpn_conf.ClientConfig] = field(default_factory=list)
+    wireguard_configs: list[wireguard_conf.WgConfig] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)
     guess_cluster: bool = True
 
 
 def kind_of(path: str, text: str) -> str:
-    """"yaml", "openvpn" or "corefile", from the name first and the content second."""
+    """"yaml", "openvpn", "wireguard" or "corefile", from the name first and the content second."""
     suffix = Path(path).suffix.lower()
     if suffix in (".yaml", ".yml", ".json"):
         return "yaml"
+    if wireguard_conf.looks_like(text):
+        return "wireguard"
     if suffix == ".ovpn" or openvpn_conf.looks_like(text):
         return "openvpn"
     head = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
@@ -100,6 +103,8 @@ def read(paths: list[str], guess_cluster: bool = True) -> Inputs:
             _read_yaml(path, text, inputs)
         elif kind == "openvpn":
             inputs.vpn_configs.append(openvpn_conf.parse(text, path))
+        elif kind == "wireguard":
+            inputs.wireguard_configs.append(wireguard_conf.parse(text, path))
         else:
             context = CLUSTER if "cluster-wide" in Path(path).name else POD
             model = corefile_model.read(text, path)

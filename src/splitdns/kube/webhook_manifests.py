@@ -56,12 +56,14 @@ def settings_args(settings: inject.Settings) -> list[str]:
     args: list[str] = []
     for r in plan.routes:
         zone = r.zone.rstrip(".") or "."
-        args += ["--zone", f"{zone}={','.join(r.upstreams) or 'openvpn'}"]
+        args += ["--zone", f"{zone}={','.join(r.upstreams) or r.vpn}"]
         if r.probe is not None:
             args += ["--probe", f"{zone}={r.probe}"]
     args += ["--cluster-domain", plan.cluster_domain, "--ndots", str(plan.ndots),
              "--openvpn-management", plan.management, "--sidecar", settings.sidecar,
              "--image", settings.image, "--expected-qps", str(settings.expected_qps)]
+    if settings.wireguard:
+        args += ["--vpn", "wireguard", "--vpn-image", settings.vpn_image]
     return args
 
 

@@ -22,8 +22,8 @@ ROUTING_HINTS = (
     "Check the return path: remote hosts need a route back to the VPN client pool (e.g. "
     "10.8.0.0/24), or the VPN server must translate it (iptables -t nat -A POSTROUTING -s "
     "10.8.0.0/24 -o <lan> -j MASQUERADE) and forward it (FORWARD accept, net.ipv4.ip_forward=1).",
-    "If the OpenVPN server runs as a pod, run it with hostNetwork: true so those rules take "
-    "effect in the node's namespace.",
+    "If the VPN server (OpenVPN or WireGuard) runs as a pod, run it with hostNetwork: true so those "
+    "rules take effect in the node's namespace.",
     "Just fixed it and it still fails? conntrack entries made while NAT was missing live 30 s "
     "(UDP): conntrack -D -s 10.8.0.0/24, or wait.",
 )
