@@ -206,11 +206,9 @@ spec:
 def test_the_component_adds_the_sidecar_and_both_sysctls_with_kubectl_kustomize(tmp_path: Path) -> None:
     """The pod's own sysctl stays; ours are appended by replacements (a strategic merge would
     replace the list). Built by a real kustomize where a kubectl of 1.21 or later is installed."""
-    from tests.test_render import kubectl_without_components
+    from tests.test_render import kubectl_for_components
 
-    reason = kubectl_without_components()
-    if reason is not None:
-        pytest.skip(reason)
+    kubectl = kubectl_for_components()
     parts = {"base/deployment.yaml": BASE, "base/kustomization.yaml": "resources:\n  - deployment.yaml\n",
              "overlay/kustomization.yaml": "resources:\n  - ../base\ncomponents:\n  - ../splitdns\n"}
     for part, text in parts.items():
@@ -222,7 +220,7 @@ def test_the_component_adds_the_sidecar_and_both_sysctls_with_kubectl_kustomize(
     (tmp_path / "splitdns" / "kustomization.yaml").write_text(files["kustomization.yaml"])
     # No cluster is involved: KUBECONFIG points nowhere, so kubectl cannot reach one by accident.
     env = {**os.environ, "KUBECONFIG": str(tmp_path / "none")}
-    built = subprocess.run(["kubectl", "kustomize", str(tmp_path / "overlay")], capture_output=True,
+    built = subprocess.run([kubectl, "kustomize", str(tmp_path / "overlay")], capture_output=True,
                            text=True, env=env, timeout=30, check=True).stdout
     docs = list(yaml.safe_load_all(built))
     for version in VERSIONS:
