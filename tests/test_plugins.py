@@ -212,6 +212,9 @@ MX_AND_NS = r"""
     # `index .Match 5` beyond the groups: Go's template fails, so does the answer (SERVFAIL).
     ("template IN A {\n answer \"{{ .Name }} 60 IN A 10.0.0.{{ index .Match 5 }}\"\n}", "x.org", "A",
      "SERVFAIL", []),
+    # `upstream` (old Corefiles carry it; CoreDNS ignores it): loads and changes nothing.
+    ("template IN A {\n answer \"{{ .Name }} 60 IN A 10.0.0.1\"\n upstream 10.0.0.53\n}", "x.org", "A",
+     "NOERROR", ["x.org. 60 A 10.0.0.1"]),
     # .Zone, .Class and .Type.
     ("template IN TXT acme.internal {\n"
      " answer \"{{ .Name }} 60 {{ .Class }} TXT {{ .Zone }}-{{ .Type }}\"\n}",
@@ -356,6 +359,9 @@ def test_rewrite_feeds_the_later_steps_the_rewritten_name() -> None:
     ("rewrite name fuzzy a b", "rewrite name: 'fuzzy' is not a match type"),
     ("rewrite name regex ( b", "rewrite name: '(' is not a regular expression"),
     ("rewrite name regex a {1}.b", "uses more groups than"),
+    (r"rewrite name regex (a)\.c {1}.d answer name (b)\.d {1}.{2}.c",
+     "answer name '{1}.{2}.c' uses more groups"),
+    (r"rewrite name suffix .c .d answer value \.d {1}.c", "answer value '{1}.c' uses more groups"),
     ("rewrite name a", "rewrite name: too few arguments"),
     ("rewrite name suffix a b answer auto answer name x y", "answer auto cannot be combined"),
     ("rewrite name suffix a b answer shout", "'shout' is not an answer rule"),

@@ -136,7 +136,11 @@ def _answer_rules(st: Statement, args: list[str]) -> tuple[bool, tuple[AnswerRul
         elif what in ("name", "value"):
             if len(args) - pos < 2:
                 raise ConfigError(st.where, f"rewrite name: answer {what} needs FROM and TO")
-            rules.append(AnswerRule(what, _regex(st, args[pos]), _fqdn(args[pos + 1])))
+            pattern = _regex(st, args[pos])
+            if _groups_used(args[pos + 1]) > pattern.groups:  # as for the question's regex
+                raise ConfigError(st.where, f"rewrite name: answer {what} {args[pos + 1]!r} uses more "
+                                            f"groups than {args[pos]!r} has")
+            rules.append(AnswerRule(what, pattern, _fqdn(args[pos + 1])))
             pos += 2
         else:
             raise ConfigError(st.where, f"rewrite name: {what!r} is not an answer rule (auto, name, value)")

@@ -15,7 +15,8 @@ AAAA question, so an IPv4-only tunnel does not keep clients waiting on AAAA look
 CoreDNS runs each record through Go's text/template. We implement the actions real
 Corefiles use: `{{ .Name }}`, `{{ .Zone }}`, `{{ .Class }}`, `{{ .Type }}`,
 `{{ index .Match N }}` and `{{ .Group.NAME }}`; any other action is refused at load with
-its file and line, never answered wrongly at run time. Regexes are Python's, which read the
+its file and line, never answered wrongly at run time. `upstream` (a leftover of old Corefiles that
+CoreDNS reads and ignores) loads and does nothing. Regexes are Python's, which read the
 RE2 patterns templates use (`(?P<name>...)` groups included) the same way.
 """
 
@@ -110,6 +111,8 @@ def parse(st: Statement) -> TemplateSpec:
             rcode = code
         elif opt.name == "fallthrough":
             fallthrough = tuple(_args.zone(opt, z, "fallthrough") for z in opt.args)
+        elif opt.name == "upstream":  # CoreDNS still reads it, and ignores it: no effect here either
+            continue
         elif opt.name == "ederror":
             raise ConfigError(opt.where, "template: ederror is not implemented by splitdns; "
                                          "remove it (the rcode is still answered)")
