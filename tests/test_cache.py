@@ -88,6 +88,17 @@ def test_negative_answers_need_an_soa_and_use_its_minimum() -> None:
     assert entry is not None and entries.kind(entry) == "denial"
 
 
+def test_an_empty_noerror_without_soa_is_not_kept() -> None:
+    """CoreDNS keeps it (5 s); the README lists why we do not: RFC 2308 5, a negative answer
+    without an SOA SHOULD NOT be cached."""
+    cache = Cache(CacheSpec())
+    client = query("example.org.", "AAAA")
+    _, entry = put(cache, reply(client), client)
+    assert entry is None
+    _, entry = put(cache, reply(client, authority=(SOA,)), client)
+    assert entry is not None  # the same answer under its SOA is kept: NODATA
+
+
 def test_servfail_is_cached_briefly_and_other_errors_not_at_all() -> None:
     cache = Cache(CacheSpec())
     client = query("example.org.")

@@ -408,3 +408,16 @@ def test_a_truncated_reply_is_asked_again_over_tcp_and_a_big_answer_is_truncated
     assert edns is not None and edns.flags & dns.flags.TC  # about 2.2 kB: more than 1232
     assert asked == [("udp", "tc.example.org."), ("tcp", "tc.example.org."),
                      ("udp", "many.example.org."), ("tcp", "many.example.org.")]  # then cached
+
+
+def test_a_reply_advertises_our_udp_size_whatever_the_client_offered() -> None:
+    """RFC 6891 6.2.3: the size in a reply's OPT is the sender's, ours (1232); CoreDNS echoes
+    the client's, a difference the README lists."""
+    async def scenario() -> list[dns.message.Message | None]:
+        async with FakeUpstream(answering("192.0.2.1")) as up, \
+                serving(f". {{\n forward . {up.target}\n}}\n") as s:
+            return [await s.ask(query(f"n{size}.example.org", payload=size)) for size in (512, 4096)]
+
+    for got in run(scenario):
+        assert got is not None and rdata(got) == ["192.0.2.1"]
+        assert got.edns == 0 and got.payload == 1232
