@@ -56,6 +56,9 @@ def test_dns_port_flag_changes_the_default_port_only() -> None:
 @pytest.mark.parametrize(("text", "line", "message"), [
     ("example.org {\n forward . 192.0.2.1\n}\nEXAMPLE.org. {\n forward . 192.0.2.2\n}\n",
      4, "cannot serve dns://example.org.:53 - it is already defined at Corefile:1"),
+    # once per address: two blocks may share a zone and port only on different addresses
+    ("a.org {\n bind 127.0.0.1 127.0.0.2\n}\na.org {\n bind 127.0.0.2\n}\n",
+     4, "cannot serve dns://a.org.:53 - it is already defined at Corefile:1"),
     ("example.org {\n kubernetes cluster.local\n}\n", 2,
      "'kubernetes' is a CoreDNS plugin that splitdns does not implement; splitdns supports: "),
     ("example.org {\n frobnicate\n}\n", 2, "unknown directive 'frobnicate'; splitdns supports: bind"),

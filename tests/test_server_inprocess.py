@@ -19,7 +19,7 @@ import dns.rrset
 from splitdns import config
 from tests.helpers import query, reply
 from tests.support.hostile import figure, metric, ms, percentile
-from tests.support.inprocess import Answer, FakeClock, FakeUpstream, Handle, run, scrape, serving
+from tests.support.inprocess import Answer, FakeClock, FakeUpstream, Handle, ask, run, scrape, serving
 from tests.support.processes import free_port
 
 TTL = 4  # the upstream's TTL in the prefetch tests
@@ -421,3 +421,19 @@ def test_a_reply_advertises_our_udp_size_whatever_the_client_offered() -> None:
     for got in run(scenario):
         assert got is not None and rdata(got) == ["192.0.2.1"]
         assert got.edns == 0 and got.payload == 1232
+
+
+def test_one_zone_and_port_served_by_two_blocks_on_different_addresses() -> None:
+    """As CoreDNS: blocks that bind different addresses may serve the same zone on one port;
+    each address answers from its own block (and its own cache)."""
+    async def scenario() -> list[list[str]]:
+        async with FakeUpstream(answering("192.0.2.1")) as one, FakeUpstream(answering("192.0.2.2")) as two, \
+                serving(f". {{\n bind 127.0.0.1\n cache 30\n forward . {one.target}\n}}\n"
+                        f". {{\n bind 127.0.0.2\n cache 30\n forward . {two.target}\n}}\n") as s:
+            out = []
+            for _ in range(2):  # the second round from each block's cache
+                for addr in ("127.0.0.1", "127.0.0.2"):
+                    out.append(rdata(await ask(s.port, query("db.example.org"), addr=addr)))
+            return out
+
+    assert run(scenario) == [["192.0.2.1"], ["192.0.2.2"]] * 2

@@ -269,14 +269,17 @@ def _key(tok: corefile.Token, text: str, default_port: int) -> tuple[list[str], 
 
 
 def _check_unique(blocks: tuple[Block, ...]) -> None:
-    seen: dict[tuple[str, int], Block] = {}
+    """A zone and port once per listening address: as in CoreDNS, blocks that `bind` different
+    addresses may serve the same zone on one port (each listener routes by its own blocks)."""
+    seen: dict[tuple[str, int, str], Block] = {}
     for block in blocks:
         for zone in block.zones:
-            first = seen.get((zone, block.port))
-            if first is not None:
-                raise ConfigError(block.where, f"cannot serve dns://{zone}:{block.port} - it is "
-                                               f"already defined at {first.where}")
-            seen[(zone, block.port)] = block
+            for host in block.bind:
+                first = seen.get((zone, block.port, host))
+                if first is not None and first is not block:
+                    raise ConfigError(block.where, f"cannot serve dns://{zone}:{block.port} - it is "
+                                                   f"already defined at {first.where}")
+                seen[(zone, block.port, host)] = block
 
 
 def _check_bind_consistency(blocks: tuple[Block, ...]) -> None:

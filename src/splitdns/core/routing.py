@@ -57,8 +57,9 @@ def cache_key(block: Block) -> tuple[object, ...]:
     """What a cache's content depends on: a reload keeps a block's cache only when this is
     the same. Answers from old upstreams, or that an old `private_addresses` let through,
     must not outlive the swap, nor answers to names an old `rewrite` asked for: every
-    directive the registry marks `stored` is part of it."""
+    directive the registry marks `stored` is part of it. The bind too: two blocks may serve
+    one zone on one port from different addresses, each with a cache of its own."""
     routes = tuple((f.origin, f.excepts, f.upstreams, f.files, f.tunnel) for f in block.forwards)
     stored = tuple((d.name, block.specs.get(d.name)) for d in directives.REGISTRY
                    if d.stored and d is not directives.FORWARD)
-    return (block.zones, block.port, routes, stored)
+    return (block.zones, block.port, block.bind, routes, stored)

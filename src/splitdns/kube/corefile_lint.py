@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from splitdns import config, corefile, directives
 from splitdns.codec.wire import is_subdomain, name_to_wire
-from splitdns.directives import forward
+from splitdns.directives import bind, forward
 from splitdns.errors import ConfigError
 from splitdns.kube.corefile_model import Block
 from splitdns.kube.findings import Finding
@@ -219,11 +219,13 @@ def _zones(blocks: list[Block], src: CorefileSource, add: Add) -> None:
 def _duplicates(blocks: list[Block], src: CorefileSource, add: Add) -> None:
     """The same zone and port in two blocks, which serve refuses: found here whatever else is
     wrong, since serve's own check stops at its first error."""
-    seen: dict[tuple[str, int], Block] = {}
+    seen: dict[tuple[str, int, str], Block] = {}
     for b in blocks:
         for zone in b.zones:
-            first = seen.setdefault((zone, b.port), b)
-            if first is not b:
+            # once per listening address, as serve checks it (no bind: loopback)
+            others = [seen.setdefault((zone, b.port, host), b) for host in (b.bind or bind.LOOPBACK)]
+            first = next((f for f in others if f is not b), None)
+            if first is not None:
                 add(src.line(b.where), "SD100", f"cannot serve dns://{zone}:{b.port} - it is already "
                                                 f"defined at {src.file}:{src.line(first.where)}")
 
