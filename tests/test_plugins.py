@@ -408,6 +408,7 @@ def test_loadbalance_rotates_each_reply_of_a_zone_in_turn() -> None:
     ("loadbalance weighted /w", "loadbalance weighted is not implemented by splitdns"),
     ("loadbalance random", "loadbalance: unknown policy 'random'"),
     ("loadbalance {\n limit_answers 2\n}", "loadbalance takes no block"),
+    ("loadbalance round_robin {\n prefer 10.0.0.0/8\n}", "loadbalance prefer is not implemented by splitdns"),
 ])
 def test_loadbalance_refuses_what_it_does_not_implement(text: str, error: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(error)):

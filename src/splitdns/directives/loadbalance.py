@@ -13,7 +13,7 @@ not shuffled: their targets are names, and moving them would break the compressi
 the records after them. As CoreDNS does, each section of an upstream's reply is put in the
 order CNAME, other types, A and AAAA, MX before it is stored (glibc follows a CNAME chain
 only in that order): `out_of_order` finds the rare reply that needs it, on its bytes.
-`weighted` (and its weight file) is not implemented.
+`weighted` (and its weight file) and `prefer CIDR...` are not implemented.
 
 `rotations` works on a reply's bytes: pure, no sockets, no clock.
 """
@@ -35,6 +35,10 @@ _RANK = {5: 0, T_A: 2, T_AAAA: 2, 15: 3}  # CNAME first, then the rest, then A/A
 
 
 def parse(st: Statement) -> bool:
+    for opt in st.body or ():
+        if opt.name == "prefer":
+            raise ConfigError(opt.where, "loadbalance prefer is not implemented by splitdns; remove the "
+                                         f"block (addresses then rotate with no preference): {USAGE}")
     _args.no_body(st, USAGE)
     if st.args and st.args[0] == "weighted":
         raise ConfigError(st.where, "loadbalance weighted is not implemented by splitdns; "
