@@ -38,6 +38,7 @@ class UpstreamState:
     label: str = field(init=False)  # "host:port", as metrics name it: once, not per attempt
     last_error: str = ""  # why the last attempt or probe failed, for the fail-fast reason
     last_reply: float = float("-inf")  # when it last answered anything (an exchange or a probe)
+    probe_failures: int = 0  # health probes that failed (coredns_forward_healthcheck_failures_total)
 
     def __post_init__(self) -> None:
         self.label = str(self.upstream)
@@ -69,6 +70,7 @@ class ForwardState:
     inflight: int = 0  # upstream exchanges under way, counted by the shell
     rejected: int = 0  # refused for max_concurrent (coredns_forward_max_concurrent_rejects_total)
     broken: int = 0  # times every upstream was down (coredns_forward_healthcheck_broken_total)
+    failed_fast: int = 0  # of those, exchanges answered SERVFAIL at once (failfast_all_unhealthy)
 
     @classmethod
     def of(cls, spec: ForwardSpec) -> ForwardState:
@@ -205,6 +207,7 @@ class Exchange:
             if skipped >= len(self.order):
                 self.fwd.broken += 1
                 if spec.failfast_all_unhealthy:
+                    self.fwd.failed_fast += 1
                     reason = self.fwd.down_reason()
                     return Done(error=reason, ede=(EDE_NO_REACHABLE_AUTHORITY, reason))
                 up = self.rng.choice(self.order)

@@ -117,6 +117,8 @@ class Zone:
         known = self.known(q, now)
         if known is not None:
             self.stats.cache_hits += 1
+            if known.entry[16]:  # entries.KINDS: a denial or SERVFAIL entry
+                self.stats.denial_hits += 1
             return Answer(known.reply, known.refresh)
         return self.walk(q, now)
 
@@ -327,6 +329,7 @@ class Zone:
         if stale is not None:
             self.stats.served_stale += 1
             return stale
+        self.stats.failed_fast_tunnel += 1
         return wire.error_reply(q, dns.rcode.SERVFAIL, (EDE_NO_REACHABLE_AUTHORITY, self.tunnel.describe()))
 
     def stale(self, q: wire.Query, now: float) -> bytes | None:

@@ -153,9 +153,10 @@ class Resolution:
     def account(self, zone: Zone | None, q: wire.Query, listener: Listener, addr: datagrams.Peer,
                 proto: str, size: int, out: bytes, start: float) -> None:
         if zone is None:
-            listener.unrouted.answered(proto, listener.family, q.qtype, out, self.clock() - start)
+            listener.unrouted.answered(proto, listener.family, q.qtype, out, self.clock() - start,
+                                       size, "")
             return
-        zone.stats.answered(proto, listener.family, q.qtype, out, self.clock() - start)
+        zone.stats.answered(proto, listener.family, q.qtype, out, self.clock() - start, size)
         if zone.log is not None:
             self.log_query(zone.block, q, addr, proto, size, out, start)
 
@@ -163,7 +164,7 @@ class Resolution:
                          start: float) -> None:
         """A reply the query reader gave at once (FORMERR, NOTIMP, REFUSED for a class)."""
         listener.unrouted.answered(proto, listener.family, queries.question_type(data), out,
-                                   self.clock() - start)
+                                   self.clock() - start, len(data), "")
 
     def log_query(self, block: Block, q: wire.Query, addr: datagrams.Peer, proto: str,
                   size: int, out: bytes, start: float) -> None:
