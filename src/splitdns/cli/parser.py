@@ -158,7 +158,8 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--probe", action="append", default=[], dest="probes", metavar="ZONE=NAME",
                    help="The name the readiness of ZONE asks (default: the zone's apex; "
                         "kubernetes.default.svc.CLUSTER_DOMAIN for the cluster zone).")
-    p.add_argument("-n", "--namespace", default="default", help="The pod's namespace, for its search list.")
+    p.add_argument("-n", "--namespace", default="default", help="The pod's namespace, for its search list "
+                   "(--form monitoring: where the monitoring resources go).")
     p.add_argument("--cluster-domain", default="cluster.local", help="The cluster domain.")
     p.add_argument("--ndots", type=int, default=5, help="The ndots option (default 5, as the cluster).")
     p.add_argument("--resolver", choices=("splitdns", "coredns"), default="splitdns",
@@ -167,10 +168,13 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
                    help="native (default; initContainers with restartPolicy Always, Kubernetes >= 1.29) "
                         "or classic (a regular container).")
     form = p.add_mutually_exclusive_group()
-    form.add_argument("--form", choices=("deployment", "component", "webhook"), default="deployment",
+    form.add_argument("--form", choices=("deployment", "component", "webhook", "monitoring"),
+                      default="deployment",
                       help="deployment (default): a full example; component: a kustomize Component; "
                            "webhook: the admission webhook that injects the resolver into labelled pods "
-                           "(with cert-manager).")
+                           "(with cert-manager); monitoring: alerts (a PrometheusRule), a PodMonitor for "
+                           "the injected pods, a ServiceMonitor for the webhook and a Grafana dashboard "
+                           "(a ConfigMap for Grafana's sidecar), in --namespace.")
     form.add_argument("--cluster-wide", action="store_const", const="cluster-wide", dest="form",
                       help="The server block to add to kube-system/coredns instead (not recommended).")
     p.add_argument("--name", default="app", help="The Deployment's name (default app).")
