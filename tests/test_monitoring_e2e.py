@@ -22,12 +22,12 @@ from typing import Any
 import dns.message
 import dns.query
 import dns.rcode
-import pytest
 
 from splitdns.core.tunnel import UP, Pushed, TunnelState
 from splitdns.kube import dashboard, inject, monitoring
 from splitdns.shell.openvpn import write_state
 from tests.support import prometheus, webhook
+from tests.support.prerequisites import need_tools
 from tests.support.processes import free_port, poll_until, scripted_upstream
 from tests.support.resolver import http_get, splitdns_serve
 
@@ -37,10 +37,6 @@ DROP = [{"suffix": ".", "action": "drop"}]
 # 1-second scrapes fill.
 VARIABLES = {"$__rate_interval": "10s", "$job": ".*", "$namespace": ".*", "$pod": ".*", "$zone": ".*"}
 UNPLAYABLE = {"SplitdnsWebhookSlow"}
-
-pytestmark = pytest.mark.skipif(prometheus.binary() is None,
-                                reason="prometheus is not installed (Debian's package; make test installs it)")
-
 
 def corefile(cluster: str, state: Path, mport: int, rport: int) -> str:
     return f""". {{
@@ -83,6 +79,7 @@ def expanded(expr: str) -> str:
 
 
 def test_every_panel_and_alert_returns_data_from_a_real_prometheus(tmp_path: Path) -> None:
+    need_tools("prometheus", hint="Debian's prometheus package; make deps-debian installs it")
     state = tmp_path / "openvpn.json"
     mport, rport = free_port("127.0.0.1"), free_port("127.0.0.1")
     with scripted_upstream(tmp_path, ANSWER, "127.0.0.21") as cluster, \

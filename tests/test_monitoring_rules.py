@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from splitdns.kube import monitoring
+from tests.support.prerequisites import need_tools
 
 RUNBOOK = "https://github.com/splitdns/splitdns/blob/main/docs/monitoring.md#"
 POD = {"namespace": "shop", "pod": "app-7d9f"}
@@ -132,9 +133,9 @@ CASES: dict[str, tuple[list[dict[str, str]], list[tuple[int, list[dict[str, Any]
 
 
 def promtool() -> str:
+    need_tools("promtool", hint="Debian's prometheus package; make deps-debian installs it")
     found = shutil.which("promtool")
-    if found is None:
-        pytest.skip("promtool is not installed (Debian's prometheus package; make test installs it)")
+    assert found is not None
     return found
 
 
