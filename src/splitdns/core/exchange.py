@@ -138,6 +138,8 @@ class Done:
     rcode: int = dns.rcode.SERVFAIL
     error: str | None = None
     ede: tuple[int, str] | None = None
+    upstream: str = ""    # who gave `reply` ("host:port"), for the `log` line
+    seconds: float = 0.0  # how long the exchange took until that reply
 
 
 @dataclass(slots=True)
@@ -175,10 +177,10 @@ class Exchange:
         if reply.flags & wire.TC and not step.tcp:
             return Send(step.upstream, True, self._timeout(now))
         if reply.rcode() in self.fwd.spec.failover:
-            self.last_reply = Done(reply)
+            self.last_reply = Done(reply, upstream=step.upstream.label, seconds=now - self.now)
             self.last_error = _answered(step, reply)
             return self._next(now)
-        return Done(reply)
+        return Done(reply, upstream=step.upstream.label, seconds=now - self.now)
 
     def failed(self, step: Send, error: str, now: float) -> Send | Done:
         step.upstream.failed(error, self.fwd.spec.max_fails)

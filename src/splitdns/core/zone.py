@@ -318,7 +318,7 @@ class Zone:
         if reply is None:  # dnspython could not rewrite it (a gap in the reader): refuse, not leak
             return Done(error="an upstream reply with a private address could not be rewritten"), []
         self.stats.private_removed += len(removed)
-        return Done(reply, done.rcode, done.error, done.ede), removed
+        return Done(reply, done.rcode, done.error, done.ede, done.upstream, done.seconds), removed
 
     def tunnel_down(self, q: wire.Query, now: float) -> bytes | None:
         """While the tunnel is not up, the answer at once: stale if allowed, else SERVFAIL

@@ -127,13 +127,13 @@ class UdpPath:
     async def _resolve(self, q: wire.Query, listener: Listener, addr: datagrams.Peer,
                        size: int) -> None:
         start = self.clock()
-        out, zone = await self.resolution.answer(q, listener)
+        out, zone, via = await self.resolution.answer_via(q, listener)
         if len(out) > q.max_udp:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
         if listener.udp is None:
             return  # closed by a reload or a stop while we waited upstream
         _send(listener.udp, out, addr)
-        self.resolution.account(zone, q, listener, addr, "udp", size, out, start)
+        self.resolution.account(zone, q, listener, addr, "udp", size, out, start, via)
 
 
 def _send(sock: socket.socket, data: bytes, addr: datagrams.Peer) -> None:
