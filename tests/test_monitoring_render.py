@@ -22,7 +22,7 @@ from splitdns.commands import render
 from splitdns.kube import dashboard, inject, monitoring, webhook_manifests
 from tests.support import crds
 
-VERSIONS = [f"1.{minor}" for minor in range(29, 38)]
+VERSIONS = ["1.29", "1.37"]  # a ConfigMap's schema: the oldest and newest version we render for
 
 
 def rendered(capsys: pytest.CaptureFixture[str]) -> list[dict[str, Any]]:
