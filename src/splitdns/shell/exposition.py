@@ -70,7 +70,11 @@ class ServerCollector(Collector):
         for server, name, stats in counted:
             for (proto, family, qtype), count in stats.requests.items():
                 requests.add_metric([server, name, "", proto, family, qtype], count)
-            for (rcode, plugin), count in stats.responses.items():
+            answered = dict(stats.responses)
+            if name != DROPPED:
+                for always in _ALWAYS:  # 0 until seen, so rate() sees the first ones
+                    answered.setdefault(always, 0)
+            for (rcode, plugin), count in answered.items():
                 responses.add_metric([server, name, "", rcode, plugin], count)
             for qtype, hist in stats.durations.items():
                 durations.add_metric([server, name, "", qtype], hist.buckets(), hist.sum)
@@ -243,6 +247,10 @@ class _UpstreamFamilies:
                     self.tunnel_up, self.tunnel_info, self.tunnel_since)
 
 
+# Every zone's answers by these (rcode, plugin) exist from the start: rate() counts a counter's
+# increase from its first sample, so a series born with a burst of SERVFAILs would hide that
+# burst from the SERVFAIL-ratio alert.
+_ALWAYS = (("NOERROR", "forward"), ("SERVFAIL", "forward"))
 # The directives that make a zone a tunnel zone: the `kind` label of the tunnel series.
 _TUNNEL_KINDS = ("openvpn", "wireguard")
 
