@@ -7,6 +7,7 @@ import argparse
 
 from splitdns import __version__
 from splitdns.cli.help import Parser
+from splitdns.cli.top import add_top
 from splitdns.kube import sizing
 from splitdns.kube.image import COREFILE, DEFAULT_IMAGE
 
@@ -96,7 +97,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     _add_inject(commands)
     _add_webhook(commands)
     _add_doctor(commands)
-    _add_top(commands)
+    add_top(commands)
     return parser
 
 
@@ -170,12 +171,10 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
                         "or classic (a regular container).")
     form = p.add_mutually_exclusive_group()
     form.add_argument("--form", choices=("deployment", "component", "webhook", "monitoring"),
-                      default="deployment",
-                      help="deployment (default): a full example; component: a kustomize Component; "
-                           "webhook: the admission webhook that injects the resolver into labelled pods "
-                           "(with cert-manager); monitoring: alerts (a PrometheusRule), a PodMonitor for "
-                           "the injected pods, a ServiceMonitor for the webhook and a Grafana dashboard "
-                           "(a ConfigMap for Grafana's sidecar), in --namespace.")
+                      default="deployment", help="deployment (default): a full example; component: a "
+                      "kustomize Component; webhook: the admission webhook that injects the resolver into "
+                      "labelled pods (with cert-manager); monitoring: alerts, a PodMonitor, a ServiceMonitor "
+                      "for the webhook and a Grafana dashboard, in --namespace (docs/monitoring.md).")
     form.add_argument("--cluster-wide", action="store_const", const="cluster-wide", dest="form",
                       help="The server block to add to kube-system/coredns instead (not recommended).")
     p.add_argument("--name", default="app", help="The Deployment's name (default app).")
@@ -399,29 +398,3 @@ def _add_doctor(commands: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--context", help="The kubeconfig context (default: the current one).")
     p.add_argument("--webhook-namespace", default="splitdns-system",
                    help="Where the webhook runs (default splitdns-system).")
-
-
-
-def _add_top(commands: argparse._SubParsersAction[Parser]) -> None:
-    p = commands.add_parser(
-        "top", help="Watch one resolver live: per zone its rate, rcodes, hits, latency, upstreams, tunnel.",
-        description="Read a resolver's /metrics (its `prometheus` directive) every --interval seconds "
-                    "and show, per zone, the queries per second, the rcode mix, the cache hit ratio, "
-                    "the 50th and 99th percentile latency, each upstream's health, the tunnel's state "
-                    "and the zone's readiness, over the last interval. With POD, the pod's metrics "
-                    "port (named dns-metrics, as render and the webhook declare it) is reached through "
-                    "kubectl port-forward. Needs the optional extra `top` (pip install "
-                    "'splitdns[top]'). Ctrl-C stops it.",
-        epilog="exit codes:\n  0  stopped (Ctrl-C), or --once printed\n  1  the metrics could not be "
-               "read (--once), or kubectl port-forward failed\n  2  wrong arguments, or the extra is "
-               "not installed")
-    p.add_argument("pod", nargs="?", metavar="POD",
-                   help="A pod to watch through kubectl port-forward (else --url is read).")
-    p.add_argument("-n", "--namespace", help="The pod's namespace (default: kubectl's).")
-    p.add_argument("--url", default="http://127.0.0.1:9153/metrics",
-                   help="The metrics to read without POD (default http://127.0.0.1:9153/metrics).")
-    p.add_argument("--interval", type=float, default=2.0, metavar="SECONDS",
-                   help="Seconds between two readings (default 2).")
-    p.add_argument("--once", action="store_true",
-                   help="Print one view, over one interval, and exit (for scripts and tickets).")
-    p.add_argument("--kubectl", default="kubectl", help="The kubectl to run (default: kubectl on PATH).")
