@@ -187,3 +187,35 @@ def test_a_tunnel_reason_is_one_of_a_few_labels() -> None:
     got = {case: core_metrics.tunnel_reason(*case) for case in cases}
     assert got == cases
     assert set(got.values()) <= set(core_metrics.TUNNEL_REASONS)
+
+
+def test_a_wireguard_zone_is_a_tunnel_zone_of_its_kind(tmp_path: Path) -> None:
+    """The tunnel series are per tunnel zone whatever the tunnel: a WireGuard zone (its DNS from
+    the wg-quick config alone, `lo` standing for the interface) reads `kind="wireguard"`."""
+    mport = free_port("127.0.0.1")
+    conf = tmp_path / "wg0.conf"
+    conf.write_text("[Interface]\nDNS = 127.0.0.22\n", encoding="utf-8")
+
+    async def scenario() -> dict[str, float]:
+        async with FakeUpstream(_answers([False])) as up, serving(f""". {{
+                prometheus 127.0.0.1:{mport}
+                forward . {up.target}
+            }}
+            svc.example.org {{
+                wireguard {{
+                    config {conf}
+                    interface lo
+                }}
+            }}""", clock=time.monotonic, runtime=True) as s:
+            await _until("the tunnel up", lambda: _metric_is(mport, "splitdns_tunnel_up", 1.0))
+            await s.ask(query("www.example.net"))
+            return await scrape(mport)
+
+    values = run(scenario)
+    assert series(values, "splitdns_tunnel_info") == [
+        'splitdns_tunnel_info{kind="wireguard",reason="connected",state="up",zone="svc.example.org."}']
+    assert metric(values, "splitdns_tunnel_last_change_timestamp_seconds", kind="wireguard") > 0
+
+
+async def _metric_is(port: int, name: str, value: float) -> bool:
+    return metric(await scrape(port), name) == value
