@@ -39,8 +39,8 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy, import-linter, kubectl, the webhook's aiohttp and jsonpatch, the benchmark's matplotlib) into $(VENV)"
-	$(BIN)/pip install --progress-bar on -e '.[test,webhook,bench]'
+	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy, import-linter, kubectl, the webhook's aiohttp and jsonpatch, the benchmark's matplotlib, top's rich) into $(VENV)"
+	$(BIN)/pip install --progress-bar on -e '.[test,webhook,bench,top]'
 	touch $@ $(VENV)/.run-installed $(VENV)/.bench-installed
 
 # Installs only what is missing, so a machine that has everything makes no network call.
@@ -149,7 +149,7 @@ bench: deps-bench $(VENV)/.bench-installed
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install --quiet -e '.[test,webhook,bench]'
+	$(BIN)/pip install --quiet -e '.[test,webhook,bench,top]'
 	touch $@
 
 # Installs what is missing; a policy-rc.d keeps Debian from starting the servers it installs
