@@ -6,9 +6,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 # Debian packages the tests drive for real: clients (dig, dnsperf), servers used as
 # upstreams and peers (nsd, unbound, dnsmasq), dnssec-keygen/-signzone for the signed zones of
-# the differential test, OpenVPN and the namespace plumbing.
+# the differential test, OpenVPN and the namespace plumbing, Prometheus and promtool (the alerts'
+# unit tests, the dashboard's queries against a real Prometheus), tmux (`splitdns top` on a screen).
 DEBIAN_PACKAGES := bind9-dnsutils bind9-utils dnsperf nsd unbound dnsmasq-base openvpn \
-	iptables iproute2 procps psmisc openssl python3-venv
+	iptables iproute2 procps psmisc openssl python3-venv prometheus tmux
 # WireGuard for the lab, userspace (no kernel module here), without recommends: wireguard-tools
 # recommends a kernel image as the provider of its module.
 WIREGUARD_PACKAGES := wireguard-go wireguard-tools
@@ -38,8 +39,8 @@ venv: $(VENV)/.installed
 $(VENV)/.installed: pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy, import-linter, kubectl, the webhook's aiohttp and jsonpatch, the benchmark's matplotlib) into $(VENV)"
-	$(BIN)/pip install --progress-bar on -e '.[test,webhook,bench]'
+	@echo "installing splitdns with everything the tests need (pytest, hypothesis, ruff, mypy, import-linter, kubectl, the webhook's aiohttp and jsonpatch, the benchmark's matplotlib, top's rich) into $(VENV)"
+	$(BIN)/pip install --progress-bar on -e '.[test,webhook,bench,top]'
 	touch $@ $(VENV)/.run-installed $(VENV)/.bench-installed
 
 # Installs only what is missing, so a machine that has everything makes no network call.
@@ -49,7 +50,11 @@ deps-debian:
 	done; \
 	if [ -n "$$missing" ]; then \
 		echo "installing Debian packages:$$missing"; \
+		guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && guard=1; \
+		fi; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+		rc=$$?; if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; [ $$rc -eq 0 ]; \
 	fi
 	@missing=""; for p in $(WIREGUARD_PACKAGES); do \
 		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
@@ -63,8 +68,9 @@ deps-debian:
 	@# there. (The kustomize Component test needs kubectl >= 1.21: the venv's, from the test extra.)
 	@command -v kubectl >/dev/null 2>&1 || { echo "installing Debian packages: kubernetes-client"; \
 		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq kubernetes-client >/dev/null; }
-	@# Debian starts the servers it installs; the tests run their own copies on loopback.
-	@for s in nsd unbound; do systemctl stop $$s >/dev/null 2>&1 || true; done
+	@# Debian starts the servers it installs (the policy-rc.d above holds them on a first install);
+	@# the tests run their own copies on loopback.
+	@for s in nsd unbound prometheus prometheus-node-exporter; do systemctl stop $$s >/dev/null 2>&1 || true; done
 
 deps-image:
 	@missing=""; for p in $(IMAGE_PACKAGES); do \
@@ -143,7 +149,7 @@ bench: deps-bench $(VENV)/.bench-installed
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
-	$(BIN)/pip install --quiet -e '.[test,webhook,bench]'
+	$(BIN)/pip install --quiet -e '.[test,webhook,bench,top]'
 	touch $@
 
 # Installs what is missing; a policy-rc.d keeps Debian from starting the servers it installs

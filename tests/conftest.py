@@ -75,6 +75,8 @@ E2E_MODULES = frozenset({
     "test_differential", "test_dot", "test_bench_smoke",
     # the webhook as a process over HTTPS (test_bench_webhook: the load generator against one, 5 s)
     "test_webhook", "test_webhook_render", "test_bench_webhook",
+    # a real Prometheus scraping splitdns and the webhook; `splitdns top` in tmux
+    "test_monitoring_e2e", "test_top",
     # the callback miss path: scripted upstreams (forgeries, drops, truncation) as processes
     "test_misses",
     # the scripted upstream's own tests (tooling: processes)

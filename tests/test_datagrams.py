@@ -406,7 +406,7 @@ def test_hits_are_counted_by_kind_in_a_batch_of_one_and_of_many() -> None:
     assert (stats.cache_misses, stats.cache_hits) == (2, 7)
     assert dict(stats.requests) == {("udp", "1", "A"): 6, ("udp", "1", "AAAA"): 3}
     assert (stats.durations["A"].total, stats.durations["AAAA"].total) == (6, 3)
-    assert dict(stats.responses) == {"NOERROR": 9}
+    assert dict(stats.responses) == {("NOERROR", "forward"): 2, ("NOERROR", "cache"): 7}
 
 
 def test_reads_far_apart_take_one_datagram_and_close_ones_a_batch() -> None:

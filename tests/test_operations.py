@@ -87,7 +87,7 @@ def test_health_ready_and_metrics_endpoints(tmp_path: Path) -> None:
         assert (f'coredns_cache_hits_total{{server="{server}",type="success",view="",'
                 'zones="svc.acme.internal."} 2.0') in text
         assert 'coredns_proxy_request_duration_seconds_count{proxy_name="forward",rcode="NOERROR",' \
-            f'to="{tunnel.target}"}}' in text
+            f'to="{tunnel.target}",zone="svc.acme.internal."}}' in text
         assert f'splitdns_upstream_healthy{{to="{tunnel.target}",zone="svc.acme.internal."}} 1.0' in text
         assert 'splitdns_zone_ready{zone="svc.acme.internal."} 1.0' in text
         assert "db.svc" not in text  # no query names in labels

@@ -123,11 +123,18 @@ def _doctor(a: argparse.Namespace) -> int:
     return doctor.run(a.kubeconfig, a.context, a.webhook_namespace)
 
 
+def _top(a: argparse.Namespace) -> int:
+    from splitdns.commands import top
+
+    return top.run(top.Options(url=a.url, interval=a.interval, once=a.once, pod=a.pod,
+                               namespace=a.namespace, kubectl=a.kubectl))
+
+
 # What each command of the parser runs, by the command's name.
 RUNNERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve, "demo": _demo, "check": _check, "render": _render, "explain": _explain,
     "openvpn-hook": _openvpn_hook, "verify": _verify, "inject": _inject, "webhook": _webhook,
-    "doctor": _doctor, "wireguard-shim": _wireguard_shim,
+    "doctor": _doctor, "wireguard-shim": _wireguard_shim, "top": _top,
 }
 
 

@@ -7,6 +7,7 @@ import argparse
 
 from splitdns import __version__
 from splitdns.cli.help import Parser
+from splitdns.cli.top import add_top
 from splitdns.kube import sizing
 from splitdns.kube.image import COREFILE, DEFAULT_IMAGE
 
@@ -96,6 +97,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     _add_inject(commands)
     _add_webhook(commands)
     _add_doctor(commands)
+    add_top(commands)
     return parser
 
 
@@ -158,7 +160,8 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--probe", action="append", default=[], dest="probes", metavar="ZONE=NAME",
                    help="The name the readiness of ZONE asks (default: the zone's apex; "
                         "kubernetes.default.svc.CLUSTER_DOMAIN for the cluster zone).")
-    p.add_argument("-n", "--namespace", default="default", help="The pod's namespace, for its search list.")
+    p.add_argument("-n", "--namespace", default="default", help="The pod's namespace, for its search list "
+                   "(--form monitoring: where the monitoring resources go).")
     p.add_argument("--cluster-domain", default="cluster.local", help="The cluster domain.")
     p.add_argument("--ndots", type=int, default=5, help="The ndots option (default 5, as the cluster).")
     p.add_argument("--resolver", choices=("splitdns", "coredns"), default="splitdns",
@@ -167,10 +170,11 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
                    help="native (default; initContainers with restartPolicy Always, Kubernetes >= 1.29) "
                         "or classic (a regular container).")
     form = p.add_mutually_exclusive_group()
-    form.add_argument("--form", choices=("deployment", "component", "webhook"), default="deployment",
-                      help="deployment (default): a full example; component: a kustomize Component; "
-                           "webhook: the admission webhook that injects the resolver into labelled pods "
-                           "(with cert-manager).")
+    form.add_argument("--form", choices=("deployment", "component", "webhook", "monitoring"),
+                      default="deployment", help="deployment (default): a full example; component: a "
+                      "kustomize Component; webhook: the admission webhook that injects the resolver into "
+                      "labelled pods (with cert-manager); monitoring: alerts, a PodMonitor, a ServiceMonitor "
+                      "for the webhook and a Grafana dashboard, in --namespace (docs/monitoring.md).")
     form.add_argument("--cluster-wide", action="store_const", const="cluster-wide", dest="form",
                       help="The server block to add to kube-system/coredns instead (not recommended).")
     p.add_argument("--name", default="app", help="The Deployment's name (default app).")
@@ -394,4 +398,3 @@ def _add_doctor(commands: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--context", help="The kubeconfig context (default: the current one).")
     p.add_argument("--webhook-namespace", default="splitdns-system",
                    help="Where the webhook runs (default splitdns-system).")
-

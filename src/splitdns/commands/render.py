@@ -58,6 +58,10 @@ def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict
     from splitdns.kube import render
     from splitdns.kube.manifests import Options
 
+    if req.form == "monitoring":
+        from splitdns.kube import monitoring
+
+        return monitoring.render(req.namespace, req.webhook_namespace)
     if req.form == "webhook":
         given = injection_settings(req, excluded=(req.webhook_namespace,))
         if webhook_settings is not None:

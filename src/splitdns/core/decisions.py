@@ -106,7 +106,7 @@ def unrewrite(done: Done, rewritten: Rewritten | None) -> Done:
     reply = revert(done.reply, rewritten)
     if reply is None:
         return Done(error="the reply to a rewritten query could not be mapped back to the name asked")
-    return Done(reply, done.rcode, done.error, done.ede)
+    return Done(reply, done.rcode, done.error, done.ede, done.upstream, done.seconds)
 
 
 def ordered(done: Done) -> Done:
@@ -147,4 +147,4 @@ def scrub(done: Done, zone: object, owner_of: Callable[[bytes], object]) -> Done
     scrubbed = replies.rewrite_with_dnspython(reply.data, drop_foreign)
     if scrubbed is None:  # dnspython could not rewrite it (a gap in the reader): refuse, not leak
         return Done(error="the upstream reply could not be rewritten without foreign records")
-    return Done(scrubbed, done.rcode, done.error, done.ede)
+    return Done(scrubbed, done.rcode, done.error, done.ede, done.upstream, done.seconds)

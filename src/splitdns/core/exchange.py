@@ -38,6 +38,7 @@ class UpstreamState:
     label: str = field(init=False)  # "host:port", as metrics name it: once, not per attempt
     last_error: str = ""  # why the last attempt or probe failed, for the fail-fast reason
     last_reply: float = float("-inf")  # when it last answered anything (an exchange or a probe)
+    probe_failures: int = 0  # health probes that failed (coredns_forward_healthcheck_failures_total)
 
     def __post_init__(self) -> None:
         self.label = str(self.upstream)
@@ -69,6 +70,7 @@ class ForwardState:
     inflight: int = 0  # upstream exchanges under way, counted by the shell
     rejected: int = 0  # refused for max_concurrent (coredns_forward_max_concurrent_rejects_total)
     broken: int = 0  # times every upstream was down (coredns_forward_healthcheck_broken_total)
+    failed_fast: int = 0  # of those, exchanges answered SERVFAIL at once (failfast_all_unhealthy)
 
     @classmethod
     def of(cls, spec: ForwardSpec) -> ForwardState:
@@ -136,6 +138,8 @@ class Done:
     rcode: int = dns.rcode.SERVFAIL
     error: str | None = None
     ede: tuple[int, str] | None = None
+    upstream: str = ""    # who gave `reply` ("host:port"), for the `log` line
+    seconds: float = 0.0  # how long the exchange took until that reply
 
 
 @dataclass(slots=True)
@@ -173,10 +177,10 @@ class Exchange:
         if reply.flags & wire.TC and not step.tcp:
             return Send(step.upstream, True, self._timeout(now))
         if reply.rcode() in self.fwd.spec.failover:
-            self.last_reply = Done(reply)
+            self.last_reply = Done(reply, upstream=step.upstream.label, seconds=now - self.now)
             self.last_error = _answered(step, reply)
             return self._next(now)
-        return Done(reply)
+        return Done(reply, upstream=step.upstream.label, seconds=now - self.now)
 
     def failed(self, step: Send, error: str, now: float) -> Send | Done:
         step.upstream.failed(error, self.fwd.spec.max_fails)
@@ -205,6 +209,7 @@ class Exchange:
             if skipped >= len(self.order):
                 self.fwd.broken += 1
                 if spec.failfast_all_unhealthy:
+                    self.fwd.failed_fast += 1
                     reason = self.fwd.down_reason()
                     return Done(error=reason, ede=(EDE_NO_REACHABLE_AUTHORITY, reason))
                 up = self.rng.choice(self.order)

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Generic, Protocol, TypeVar
 
 from splitdns.codec import entries, wire
+from splitdns.core import metrics
 
 if TYPE_CHECKING:
     from splitdns.codec.entries import Entry
@@ -42,7 +43,7 @@ class Remembered(Generic[Z]):
 
     def __init__(self, zone: Z, key: bytes, entry: Entry, ttl: int | None, qtype: int,
                  reply: bytes, now: float, held_in: Mapping[bytes, Entry] | None = None,
-                 turns: tuple[bytes, ...] | None = None) -> None:
+                 turns: tuple[bytes, ...] | None = None, qsize: int = 0) -> None:
         self.zone = zone
         self.key = key        # the cache key of the question
         self.entry = entry    # the cache entry the reply was rendered from
@@ -65,7 +66,9 @@ class Remembered(Generic[Z]):
         self.turn_span = self.span  # `Memo._next_turn`'s span
         if self.turns is not None:
             self.span = -math.inf  # every use takes `Memo._next_turn`
-        self.tally: tuple[Z, int, int] = (zone, qtype, self.tail[1] & 0xF)  # zone, type, rcode
+        # zone, type, rcode, metrics.hit_shape (the entry's kind, the query's and reply's sizes)
+        self.tally: tuple[Z, int, int, int] = (
+            zone, qtype, self.tail[1] & 0xF, metrics.hit_shape(entry[16], qsize, len(reply)))
 
     def same_ttl_span(self, now: float) -> float:
         """While the entry's age stays below this, `entries.remaining` gives what it gives
@@ -153,7 +156,8 @@ class Memo(Generic[Z]):
             return
         if len(self.table) >= self.limit:
             self.table.clear()  # cheaper than an LRU here; the hot names come back within a second
-        self.table[data[2:]] = Remembered(zone, key, entry, ttl, qtype, reply, now, held_in, turns)
+        self.table[data[2:]] = Remembered(zone, key, entry, ttl, qtype, reply, now, held_in, turns,
+                                             len(data))
 
     def clear(self) -> None:
         self.table.clear()

@@ -17,6 +17,10 @@ BUCKETS = tuple(0.00025 * 2 ** i for i in range(16))
 MONITORED_TYPES = {1: "A", 28: "AAAA", 5: "CNAME", 2: "NS", 12: "PTR", 6: "SOA", 15: "MX",
                    16: "TXT", 33: "SRV", 65: "HTTPS", 64: "SVCB", 255: "ANY", 13: "HINFO"}
 RCODES = {0: "NOERROR", 1: "FORMERR", 2: "SERVFAIL", 3: "NXDOMAIN", 4: "NOTIMP", 5: "REFUSED"}
+# CoreDNS's buckets for coredns_dns_request_size_bytes and coredns_dns_response_size_bytes.
+SIZE_BUCKETS = (0, 100, 200, 300, 400, 511, 1023, 2047, 4095, 8291, 16e3, 32e3, 48e3, 64e3)
+# The `plugin` label of coredns_dns_responses_total: who gave the answer.
+CACHE, FORWARD = "cache", "forward"
 
 
 def type_label(qtype: int) -> str:
@@ -46,14 +50,45 @@ class Histogram:
         return out
 
 
+def sized(counts: dict[int, int]) -> tuple[list[tuple[str, float]], float]:
+    """Exact sizes counted on the query path (one dict increment each), as the buckets and
+    sum of a histogram: the bucketing is done here, at scrape time."""
+    per = [0] * (len(SIZE_BUCKETS) + 1)
+    total = 0.0
+    for size, times in counts.items():
+        per[bisect.bisect_left(SIZE_BUCKETS, size)] += times
+        total += size * times
+    out: list[tuple[str, float]] = []
+    running = 0
+    for bound, count in zip(SIZE_BUCKETS, per, strict=False):
+        running += count
+        out.append((repr(float(bound)), running))
+    out.append(("+Inf", running + per[-1]))
+    return out, total
+
+
+def hit_shape(kind: int, qsize: int, rsize: int) -> int:
+    """What a cache hit counts beside zone, type and rcode, packed in one int so the tally a
+    hit leaves stays a short tuple: the entry's kind (0 success, else denial), the query's
+    and the reply's sizes."""
+    return kind | qsize << 2 | rsize << 18
+
+
 @dataclass
 class ZoneStats:
     """Everything counted for one server block; the shell increments, the collector reads."""
 
     requests: defaultdict[tuple[str, str, str], int] = field(default_factory=lambda: defaultdict(int))
-    responses: defaultdict[str, int] = field(default_factory=lambda: defaultdict(int))
+    responses: defaultdict[tuple[str, str], int] = field(default_factory=lambda: defaultdict(int))
     durations: defaultdict[str, Histogram] = field(default_factory=lambda: defaultdict(Histogram))
+    # Exact sizes by protocol, bucketed at scrape time (`sized`).
+    request_sizes: defaultdict[str, defaultdict[int, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    response_sizes: defaultdict[str, defaultdict[int, int]] = field(
+        default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     cache_hits: int = 0
+    denial_hits: int = 0  # of cache_hits, those of a denial (NXDOMAIN, NODATA) or SERVFAIL entry
+    failed_fast_tunnel: int = 0  # SERVFAIL at once because the tunnel is down
     cache_misses: int = 0
     served_stale: int = 0
     prefetches: int = 0  # cache `prefetch` refreshes started
@@ -61,17 +96,69 @@ class ZoneStats:
         default_factory=lambda: defaultdict(Histogram))
     loops_detected: int = 0
     private_removed: int = 0  # addresses `private_addresses` took out of replies
+    tunnel: TunnelSince = field(default_factory=lambda: TunnelSince())
 
-    def answered(self, proto: str, family: str, qtype: int, reply: bytes, seconds: float) -> None:
-        self.answered_alike(proto, family, qtype, reply[3] & 0xF if len(reply) > 3 else -1, seconds)
+    def answered(self, proto: str, family: str, qtype: int, reply: bytes, seconds: float,
+                 qsize: int = 0, plugin: str = FORWARD) -> None:
+        self.answered_alike(proto, family, qtype, reply[3] & 0xF if len(reply) > 3 else -1, seconds,
+                            1, plugin)
+        self.request_sizes[proto][qsize] += 1
+        self.response_sizes[proto][len(reply)] += 1
 
     def answered_alike(self, proto: str, family: str, qtype: int, rcode: int, seconds: float,
-                       times: int = 1) -> None:
+                       times: int = 1, plugin: str = FORWARD) -> None:
         """`times` replies of one kind, each after `seconds` (a batch of cache hits)."""
         label = type_label(qtype)
         self.requests[(proto, family, label)] += times
-        self.responses[RCODES.get(rcode, "other")] += times
+        self.responses[(RCODES.get(rcode, "other"), plugin)] += times
         self.durations[label].observe(seconds, times)
+
+    def hits(self, family: str, qtype: int, rcode: int, shape: int, seconds: float, times: int) -> None:
+        """`times` UDP cache hits alike (`hit_shape`), each answered after `seconds`."""
+        self.cache_hits += times
+        if shape & 3:
+            self.denial_hits += times
+        self.answered_alike("udp", family, qtype, rcode, seconds, times, CACHE)
+        self.request_sizes["udp"][shape >> 2 & 0xFFFF] += times
+        self.response_sizes["udp"][shape >> 18] += times
+
+
+# The tunnel's state as a bounded label: what OpenVPN (or the hook's state file, or another
+# tunnel kind) said, by the start of the reason it gave, in `tunnel_reason`.
+_TUNNEL_REASONS = (
+    ("RECONNECTING", "reconnecting"), ("EXITING", "exiting"), ("cannot reach", "unreachable"),
+    ("OpenVPN's management interface closed", "unreachable"), ("no state file", "no_state"),
+    ("cannot read", "no_state"), ("the state file", "no_state"),
+)
+TUNNEL_REASONS = ("connected", "no_dns_pushed", "unknown", "reconnecting", "exiting", "connecting",
+                  "unreachable", "no_state", "down")
+
+
+def tunnel_reason(status: str, up: bool, reason: str) -> str:
+    """One of TUNNEL_REASONS for a tunnel's (status, up, free-text reason)."""
+    if up:
+        return "connected"
+    if status == "up":
+        return "no_dns_pushed"
+    if status == "unknown" and not reason.startswith("no state file"):
+        return "unknown"
+    for prefix, label in _TUNNEL_REASONS:
+        if reason.startswith(prefix):
+            return label
+    word = reason.split(":", 1)[0]
+    return "connecting" if word.isupper() and word.isalpha() else "down"
+
+
+@dataclass
+class TunnelSince:
+    """When a zone's tunnel last went up or down (wall clock), for how long it has been so."""
+
+    up: bool | None = None
+    since: float = 0.0
+
+    def seen(self, up: bool, wall: float) -> None:
+        if up is not self.up:
+            self.up, self.since = up, wall
 
 
 @dataclass

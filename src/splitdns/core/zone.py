@@ -117,6 +117,8 @@ class Zone:
         known = self.known(q, now)
         if known is not None:
             self.stats.cache_hits += 1
+            if known.entry[16]:  # entries.KINDS: a denial or SERVFAIL entry
+                self.stats.denial_hits += 1
             return Answer(known.reply, known.refresh)
         return self.walk(q, now)
 
@@ -316,7 +318,7 @@ class Zone:
         if reply is None:  # dnspython could not rewrite it (a gap in the reader): refuse, not leak
             return Done(error="an upstream reply with a private address could not be rewritten"), []
         self.stats.private_removed += len(removed)
-        return Done(reply, done.rcode, done.error, done.ede), removed
+        return Done(reply, done.rcode, done.error, done.ede, done.upstream, done.seconds), removed
 
     def tunnel_down(self, q: wire.Query, now: float) -> bytes | None:
         """While the tunnel is not up, the answer at once: stale if allowed, else SERVFAIL
@@ -327,6 +329,7 @@ class Zone:
         if stale is not None:
             self.stats.served_stale += 1
             return stale
+        self.stats.failed_fast_tunnel += 1
         return wire.error_reply(q, dns.rcode.SERVFAIL, (EDE_NO_REACHABLE_AUTHORITY, self.tunnel.describe()))
 
     def stale(self, q: wire.Query, now: float) -> bytes | None:

@@ -29,16 +29,20 @@ def _comment(lines: list[str]) -> str:
     return "".join(f"# {line}".rstrip() + "\n" for line in lines)
 
 
-def in_pod(plan: Plan, health: str = "", ready: str = "", by: str = "splitdns render") -> str:
-    """The Corefile mounted into the DNS container of the pod. `health` and `ready` are the
-    endpoints' addresses (default: the directives' own, :8080 and :8181)."""
+METRICS = ":9153"  # on the pod IP, for a PodMonitor: the series carry no names or clients
+
+
+def in_pod(plan: Plan, health: str = "", ready: str = "", by: str = "splitdns render",
+           metrics: str = METRICS) -> str:
+    """The Corefile mounted into the DNS container of the pod. `health`, `ready` and `metrics`
+    are the endpoints' addresses (default: the directives' own, :8080 and :8181, and :9153)."""
     head = [f"Rendered by `{by}` (splitdns {__version__}) for the in-pod {plan.resolver}; "
             "it listens on 127.0.0.1:53 only.", *ownership(plan, plan.owner)]
-    blocks = [_block(plan, r, health, ready) for r in plan.routes]
+    blocks = [_block(plan, r, health, ready, metrics) for r in plan.routes]
     return _comment(head) + "\n".join(blocks)
 
 
-def _block(plan: Plan, r: Route, health: str = "", ready: str = "") -> str:
+def _block(plan: Plan, r: Route, health: str = "", ready: str = "", metrics: str = METRICS) -> str:
     body: list[str] = []
     coredns = plan.resolver == "coredns"
     if coredns:
@@ -56,7 +60,8 @@ def _block(plan: Plan, r: Route, health: str = "", ready: str = "") -> str:
     ready_lines = [f"{ready_key} {{", f"{INDENT}probe {r.probe}", "}"] if r.probe and not coredns else []
     if r.zone == ".":
         # Process-wide endpoints and checks live in the catch-all block, once.
-        body += [f"health {health}".rstrip(), *(ready_lines or [ready_key]), "reload", "loop"]
+        body += [f"health {health}".rstrip(), *(ready_lines or [ready_key]), f"prometheus {metrics}",
+                 "reload", "loop"]
     else:
         body += ready_lines
     return _text(r.zone, body)

@@ -3,8 +3,9 @@ as an API server does with `kubectl apply` (strict field validation, kubectl's d
 field the schema does not name is an error, not silently pruned. Metadata is checked against the
 core API's ObjectMeta schema of the chosen Kubernetes version, as the API server checks it.
 
-The CRDs are the ones our manifests use, cert-manager's Issuer and Certificate, vendored in
-kube/crds (SOURCES.md there says from where, and what of them was cut).
+The CRDs are the ones our manifests use, cert-manager's Issuer and Certificate and
+prometheus-operator's PrometheusRule, PodMonitor and ServiceMonitor, vendored in kube/crds
+(SOURCES.md there says from where, and what of them was cut).
 """
 
 from __future__ import annotations
@@ -28,6 +29,11 @@ def strict(schema: Any) -> Any:
     if not isinstance(schema, dict):
         return schema
     out = {key: strict(value) for key, value in schema.items()}
+    pattern = out.get("pattern")
+    if isinstance(pattern, str) and pattern.startswith("^(?i)"):
+        # Go's RE2 takes a flag group after `^` (prometheus-operator's `^(?i)(abort|warn)?$`);
+        # Python's re wants it first. Same meaning.
+        out["pattern"] = "(?i)^" + pattern[len("^(?i)"):]
     if ("properties" in out and "additionalProperties" not in out
             and not out.get("x-kubernetes-preserve-unknown-fields")):
         out["additionalProperties"] = False

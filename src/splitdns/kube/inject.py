@@ -38,7 +38,7 @@ POD_LABEL = "splitdns.dev/inject"            # on a pod (template): "true" to as
 STATUS = "splitdns.dev/status"               # written by the injection: what, version, settings hash
 NDOTS = "splitdns.dev/ndots"                 # optional per-pod ndots
 # Not the resolver defaults (8080, 8181): the app next to it often listens on 8080 already.
-HEALTH_PORT, READY_PORT = 15380, 15381
+HEALTH_PORT, READY_PORT, METRICS_PORT = 15380, 15381, 15382
 ALWAYS_EXCLUDED = ("kube-system", "kube-public", "kube-node-lease")
 MAX_SEARCHES = 32  # the API server's limit (Kubernetes >= 1.28)
 PORT_SYSCTL = {"name": manifests.UNPRIVILEGED_PORT_SYSCTL, "value": "53"}
@@ -72,16 +72,17 @@ class Settings:
     @property
     def ports(self) -> dict[int, str]:
         """What the resolver listens on, for the conflict check."""
-        health, ready = (manifests.HEALTH_PORT, manifests.READY_PORT) if self.configmap else \
-            (HEALTH_PORT, READY_PORT)
-        return {53: "port 53", health: "the resolver's health port", ready: "its ready port"}
+        health, ready, metrics = (manifests.HEALTH_PORT, manifests.READY_PORT, manifests.METRICS_PORT) \
+            if self.configmap else (HEALTH_PORT, READY_PORT, METRICS_PORT)
+        return {53: "port 53", health: "the resolver's health port", ready: "its ready port",
+                metrics: "its metrics port"}
 
     @cached_property
     def corefile(self) -> str:
         if self.configmap:
             return corefiles.in_pod(self.plan)
         text = corefiles.in_pod(self.plan, health=f":{HEALTH_PORT}", ready=f":{READY_PORT}",
-                                by="splitdns inject")
+                                by="splitdns inject", metrics=f":{METRICS_PORT}")
         # No file to watch: a new Corefile reaches the pod only with a new pod.
         return text.replace(f"{corefiles.INDENT}reload\n", "")
 
@@ -330,7 +331,8 @@ def _container(settings: Settings) -> Doc:
         "args": ["--corefile-env", COREFILE_ENV],
         "env": [{"name": COREFILE_ENV, "value": settings.corefile}],
         "ports": [{"name": ports["health"], "containerPort": HEALTH_PORT, "protocol": "TCP"},
-                  {"name": ports["ready"], "containerPort": READY_PORT, "protocol": "TCP"}],
+                  {"name": ports["ready"], "containerPort": READY_PORT, "protocol": "TCP"},
+                  {"name": manifests.METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"}],
     }
     for key in ("restartPolicy", "startupProbe", "readinessProbe", "livenessProbe"):
         if key in base:

@@ -21,6 +21,7 @@ ANNOTATION_OWNERS = "splitdns.dev/zone-owners"
 ANNOTATION_COREFILE = "splitdns.dev/corefile-sha256"
 UNPRIVILEGED_PORT_SYSCTL = "net.ipv4.ip_unprivileged_port_start"
 HEALTH_PORT, READY_PORT = HealthSpec.endpoint.port, ReadySpec.endpoint.port  # the directives' own
+METRICS_PORT, METRICS_PORT_NAME = 9153, "dns-metrics"  # what `render --form monitoring` scrapes
 COREFILE_VOLUME = "splitdns-corefile"
 DEFAULT_COREDNS_IMAGE = "coredns/coredns:1.12.1"
 DEFAULT_APP_IMAGE = "your-app-image"
@@ -91,6 +92,7 @@ def dns_container(plan: Plan, opts: Options) -> Doc:
         "ports": [
             {"name": "health", "containerPort": HEALTH_PORT, "protocol": "TCP"},
             {"name": "ready", "containerPort": READY_PORT, "protocol": "TCP"},
+            {"name": METRICS_PORT_NAME, "containerPort": METRICS_PORT, "protocol": "TCP"},
         ],
     }
     if opts.sidecar == "native":

@@ -94,7 +94,10 @@ def all_documents(settings: inject.Settings, namespace: str, timeout_seconds: in
          "spec": {"minAvailable": 1, "selector": {"matchLabels": _selector()}}},
         {"apiVersion": "v1", "kind": "Service", "metadata": _meta(NAME, namespace),
          "spec": {"selector": _selector(),
-                  "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"}]}},
+                  # `probes` carries /metrics too, for `render --form monitoring`'s ServiceMonitor.
+                  "ports": [{"name": "https", "port": 443, "targetPort": "https", "protocol": "TCP"},
+                            {"name": "probes", "port": PROBE_PORT, "targetPort": "probes",
+                             "protocol": "TCP"}]}},
         webhook_configuration(namespace, timeout_seconds),
     ]
 

@@ -17,8 +17,9 @@ from splitdns.shell import logs
 _counted: dict[int, tuple[Consolidate, int]] = {}
 
 
-def write(spec: ErrorsSpec, rcode: int, name: str, qtype: str, error: str) -> None:
-    """The `errors` line for a query that failed, or its count in a consolidation."""
+def write(spec: ErrorsSpec, rcode: int, name: str, qtype: str, error: str, zone: str = "") -> None:
+    """The `errors` line for a query that failed (naming its zone), or its count in a
+    consolidation."""
     for pattern in spec.consolidate:
         if pattern.pattern.search(error):  # Go's MatchString: anywhere in the text
             _, count = _counted.get(id(pattern), (pattern, 0))
@@ -27,9 +28,9 @@ def write(spec: ErrorsSpec, rcode: int, name: str, qtype: str, error: str) -> No
                 asyncio.get_running_loop().call_later(pattern.period, _flush, pattern, spec.json)
                 if pattern.show_first:
                     _line(pattern.level, f"{rcode} {name} {qtype}: {error}", spec.json,
-                          logs.error_line(rcode, name, qtype, error, spec.json))
+                          logs.error_line(rcode, name, qtype, error, spec.json, zone))
             return
-    logs.emit(logs.error_line(rcode, name, qtype, error, spec.json))
+    logs.emit(logs.error_line(rcode, name, qtype, error, spec.json, zone))
 
 
 def _flush(pattern: Consolidate, as_json: bool) -> None:

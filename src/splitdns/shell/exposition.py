@@ -7,14 +7,17 @@ labels (unbounded cardinality). Imported only when a `prometheus` directive is c
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
 
+from prometheus_client import ProcessCollector
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from splitdns import __version__
-from splitdns.core.metrics import ProcessStats, ZoneStats
+from splitdns.core import liveness
+from splitdns.core.metrics import ProcessStats, ZoneStats, sized, tunnel_reason
 
 if TYPE_CHECKING:
     from splitdns.core.zone import Zone
@@ -27,16 +30,21 @@ DROPPED = "dropped"
 class ServerCollector(Collector):
     """Reads the live server's state at scrape time; `zones` returns (server label, Zone),
     `unrouted` (server label, the counts of replies no zone gave), `readiness` whether a
-    `ready` directive defines readiness (splitdns_zone_ready is left out without one: no
-    probe runs then, and a 0 would read as "not ready" on a dashboard)."""
+    `ready` directive defines readiness (the readiness series are left out without one: no
+    probe runs then, and a 0 would read as "not ready" on a dashboard), `zone_live` what
+    `/ready?zone=Z` says of a zone now, `pod_ready` what `/ready` says."""
 
     def __init__(self, zones: Callable[[], Iterable[tuple[str, Zone]]], process: ProcessStats,
                  unrouted: Callable[[], Iterable[tuple[str, ZoneStats]]] = lambda: (),
-                 readiness: Callable[[], bool] = lambda: True) -> None:
+                 readiness: Callable[[], bool] = lambda: True,
+                 zone_live: Callable[[Zone], bool] | None = None,
+                 pod_ready: Callable[[], bool] | None = None) -> None:
         self.zones = zones
         self.process = process
         self.unrouted = unrouted
         self.readiness = readiness
+        self.zone_live = zone_live or (lambda zone: liveness.live(zone)[0])
+        self.pod_ready = pod_ready
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         yield from self._process()
@@ -48,25 +56,48 @@ class ServerCollector(Collector):
         durations = HistogramMetricFamily("coredns_dns_request_duration_seconds",
                                           "Histogram of the time (in seconds) each request took.",
                                           labels=["server", "zone", "view", "type"])
+        request_sizes = HistogramMetricFamily("coredns_dns_request_size_bytes", "Size of the request "
+                                              "in bytes per zone and protocol.",
+                                              labels=["server", "zone", "view", "proto"])
+        response_sizes = HistogramMetricFamily("coredns_dns_response_size_bytes", "Size of the "
+                                               "returned response in bytes per zone and protocol.",
+                                               labels=["server", "zone", "view", "proto"])
         cache = _CacheFamilies()
-        upstream = _UpstreamFamilies(self.readiness())
-        counted = [(server, zone.block.zones[0], zone.stats) for server, zone in self.zones()]
+        upstream = _UpstreamFamilies(self.readiness(), self.zone_live)
+        zones = list(self.zones())
+        counted = [(server, zone.block.zones[0], zone.stats) for server, zone in zones]
         counted += [(server, DROPPED, stats) for server, stats in self.unrouted()]
         for server, name, stats in counted:
             for (proto, family, qtype), count in stats.requests.items():
                 requests.add_metric([server, name, "", proto, family, qtype], count)
-            for rcode, count in stats.responses.items():
-                responses.add_metric([server, name, "", rcode, ""], count)
+            answered = dict(stats.responses)
+            if name != DROPPED:
+                for always in _ALWAYS:  # 0 until seen, so rate() sees the first ones
+                    answered.setdefault(always, 0)
+            for (rcode, plugin), count in answered.items():
+                responses.add_metric([server, name, "", rcode, plugin], count)
             for qtype, hist in stats.durations.items():
                 durations.add_metric([server, name, "", qtype], hist.buckets(), hist.sum)
-        for server, zone in self.zones():
+            for sizes, table in ((request_sizes, stats.request_sizes),
+                                  (response_sizes, stats.response_sizes)):
+                for proto, counts in table.items():
+                    buckets, total = sized(counts)
+                    sizes.add_metric([server, name, "", proto], buckets, total)
+        wall = time.time()
+        for server, zone in zones:
             cache.add(server, zone)
-            upstream.add(zone)
+            upstream.add(zone, wall)
         yield requests
         yield responses
         yield durations
+        yield request_sizes
+        yield response_sizes
         yield from cache.families()
         yield from upstream.families()
+        if self.pod_ready is not None and self.readiness():
+            yield GaugeMetricFamily("splitdns_ready", "1 while /ready answers 200 (the pod-level "
+                                    "rule: every zone answered once, no loop, not stopping).",
+                                    value=1 if self.pod_ready() else 0)
 
     def _process(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         info = GaugeMetricFamily("coredns_build_info", "A metric with a constant '1' value labeled by "
@@ -116,7 +147,9 @@ class _CacheFamilies:
         sizes = zone.cache.sizes()
         for kind in ("success", "denial"):
             self.entries.add_metric([server, kind, zones, ""], sizes[kind])
-        self.hits.add_metric([server, "success", zones, ""], zone.stats.cache_hits)
+        denials = zone.stats.denial_hits
+        self.hits.add_metric([server, "success", zones, ""], zone.stats.cache_hits - denials)
+        self.hits.add_metric([server, "denial", zones, ""], denials)
         self.misses.add_metric([server, zones, ""], zone.stats.cache_misses)
         self.requests.add_metric([server, zones, ""], zone.stats.cache_hits + zone.stats.cache_misses)
         self.evictions.add_metric([server, "success", zones, ""], zone.cache.evictions)
@@ -129,11 +162,28 @@ class _CacheFamilies:
 
 
 class _UpstreamFamilies:
-    def __init__(self, readiness: bool) -> None:
+    def __init__(self, readiness: bool, zone_live: Callable[[Zone], bool]) -> None:
         self.readiness = readiness
+        self.zone_live = zone_live
+        # `zone` beside CoreDNS's labels: the same upstream may serve two zones.
         self.duration = HistogramMetricFamily("coredns_proxy_request_duration_seconds",
                                               "Histogram of the time each request took.",
-                                              labels=["proxy_name", "to", "rcode"])
+                                              labels=["proxy_name", "to", "rcode", "zone"])
+        self.probe_failures = CounterMetricFamily("coredns_forward_healthcheck_failures",
+                                                  "Counter of the number of failed healthchecks.",
+                                                  labels=["to", "zone"])
+        self.failed_fast = CounterMetricFamily("splitdns_fail_fast_answers", "SERVFAIL answered at "
+                                               "once, without asking upstream: every upstream of the "
+                                               "forward marked down, or the zone's tunnel down.",
+                                               labels=["zone", "reason"])
+        self.tunnel_up = GaugeMetricFamily("splitdns_tunnel_up", "1 while the zone's tunnel is up "
+                                           "with DNS servers pushed, else 0.", labels=["zone", "kind"])
+        self.tunnel_info = GaugeMetricFamily("splitdns_tunnel_info", "The tunnel's state, and why, as "
+                                             "bounded labels; always 1.",
+                                             labels=["zone", "kind", "state", "reason"])
+        self.tunnel_since = GaugeMetricFamily("splitdns_tunnel_last_change_timestamp_seconds",
+                                              "When the tunnel last went up or down (Unix time).",
+                                              labels=["zone", "kind"])
         self.broken = CounterMetricFamily("coredns_forward_healthcheck_broken",
                                           "Counter of the number of complete failures of the healthchecks.")
         self.rejects = CounterMetricFamily("coredns_forward_max_concurrent_rejects",
@@ -149,35 +199,64 @@ class _UpstreamFamilies:
                                            "private_addresses removed from upstream replies (DNS "
                                            "rebinding attempts, or a zone that needs `allow`).",
                                            labels=["zone"])
-        self.ready = GaugeMetricFamily("splitdns_zone_ready", "1 once the zone answered through its "
-                                       "upstreams; 0 before, or while a loop is detected.", labels=["zone"])
+        self.ready = GaugeMetricFamily("splitdns_zone_ready", "1 while /ready?zone=Z answers 200: "
+                                       "the zone answered through its upstreams, not every upstream "
+                                       "is down, its tunnel is up, no loop.", labels=["zone"])
         self._broken = 0
         self._rejects = 0
 
-    def add(self, zone: Zone) -> None:
+    def add(self, zone: Zone, wall: float) -> None:
         name = zone.block.zones[0]
         for (to, rcode), hist in zone.stats.upstream.items():
-            self.duration.add_metric(["forward", to, rcode], hist.buckets(), hist.sum)
+            self.duration.add_metric(["forward", to, rcode, name], hist.buckets(), hist.sum)
+        fast = 0
         for fwd in zone.forwards:
             self._broken += fwd.broken
             self._rejects += fwd.rejected
+            fast += fwd.failed_fast
             for state in fwd.upstreams:
                 down = state.down(fwd.spec.max_fails)
                 self.healthy.add_metric([name, state.label], 0 if down else 1)
                 self.fails.add_metric([name, state.label], state.fails)
+                self.probe_failures.add_metric([state.label, name], state.probe_failures)
+        self.failed_fast.add_metric([name, "upstreams_down"], fast)
         self.loops.add_metric([name], zone.stats.loops_detected)
         self.private.add_metric([name], zone.stats.private_removed)
+        if zone.tunnel is not None:
+            self._tunnel(zone, name, wall)
         if self.readiness:
-            self.ready.add_metric([name], 1 if zone.ready and not zone.loop_error else 0)
+            self.ready.add_metric([name], 1 if self.zone_live(zone) else 0)
+
+    def _tunnel(self, zone: Zone, name: str, wall: float) -> None:
+        state = zone.tunnel
+        assert state is not None
+        kind = next((k for k in _TUNNEL_KINDS if k in zone.block.specs), "tunnel")
+        since = zone.stats.tunnel
+        since.seen(state.up, wall)  # a change nobody recorded (lifecycle does, on each change)
+        self.failed_fast.add_metric([name, "tunnel_down"], zone.stats.failed_fast_tunnel)
+        self.tunnel_up.add_metric([name, kind], 1 if state.up else 0)
+        reason = tunnel_reason(state.status, state.up, state.reason)
+        self.tunnel_info.add_metric([name, kind, "up" if state.up else "down", reason], 1)
+        self.tunnel_since.add_metric([name, kind], since.since)
 
     def families(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         self.broken.add_metric([], self._broken)
         self.rejects.add_metric([], self._rejects)
-        yield from (self.duration, self.broken, self.rejects, self.healthy, self.fails, self.loops,
-                    self.private, self.ready)
+        yield from (self.duration, self.broken, self.rejects, self.probe_failures, self.healthy,
+                    self.fails, self.failed_fast, self.loops, self.private, self.ready,
+                    self.tunnel_up, self.tunnel_info, self.tunnel_since)
+
+
+# Every zone's answers by these (rcode, plugin) exist from the start: rate() counts a counter's
+# increase from its first sample, so a series born with a burst of SERVFAILs would hide that
+# burst from the SERVFAIL-ratio alert.
+_ALWAYS = (("NOERROR", "forward"), ("SERVFAIL", "forward"))
+# The directives that make a zone a tunnel zone: the `kind` label of the tunnel series.
+_TUNNEL_KINDS = ("openvpn", "wireguard")
 
 
 def registry(collector: ServerCollector) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)
     reg.register(collector)
+    ProcessCollector(registry=reg)  # process_*: memory, CPU, open fds, start time (as CoreDNS's)
     return reg

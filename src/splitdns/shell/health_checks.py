@@ -59,6 +59,7 @@ class UpstreamHealthChecks:
                     await upstream.ask(probe, state.upstream, spec.force_tcp,
                                        min(HEALTH_PROBE_TIMEOUT, spec.read_timeout), self.counters)
                 except upstream.UpstreamError as err:
+                    state.probe_failures += 1
                     state.failed(f"health probe: {err}", spec.max_fails)
                 else:
                     state.replied(self.clock())

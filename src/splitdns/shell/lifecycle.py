@@ -17,6 +17,7 @@ import os
 import random
 import secrets
 import signal
+import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,7 +150,8 @@ class Runtime:
             registry = exposition.registry(exposition.ServerCollector(
                 self._zones_for_metrics, self.process,
                 lambda: [(f"dns://:{port}", stats) for port, stats in self.server.unrouted.items()],
-                lambda: self.server.config.ready is not None))
+                lambda: self.server.config.ready is not None, self._zone_live,
+                lambda: not liveness.problems(self.server.zones.values(), None, self.stopping)))
 
             def scrape(_: dict[str, list[str]]) -> http.Response:
                 return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
@@ -185,14 +187,23 @@ class Runtime:
             if not chosen:
                 known = ", ".join(z.name for z in zones)
                 return 404, "text/plain", f"no such zone; zones: {known}\n".encode()
-            now = self.server.clock()
             for zone in chosen:
-                for fwd, state in liveness.unheard(zone, now, READY_HEARD_WITHIN):
-                    self.server.health_checks.check(fwd, state)
+                self._probe_unheard(zone)
         problems = liveness.problems(zones, wanted, self.stopping)
         if problems:
             return 503, "text/plain", ("not ready\n" + "\n".join(problems) + "\n").encode()
         return 200, "text/plain", b"OK"
+
+    def _probe_unheard(self, zone: Zone) -> None:
+        """Probe the zone's upstreams that have been silent a while, so a live check follows
+        the upstream and not the last client's luck."""
+        for fwd, state in liveness.unheard(zone, self.server.clock(), READY_HEARD_WITHIN):
+            self.server.health_checks.check(fwd, state)
+
+    def _zone_live(self, zone: Zone) -> bool:
+        """What `/ready?zone=Z` says of the zone now (splitdns_zone_ready), probing as it does."""
+        self._probe_unheard(zone)
+        return liveness.live(zone)[0] and not self.stopping
 
     # -- readiness and loop probes -------------------------------------------------------------
 
@@ -308,6 +319,7 @@ class Runtime:
             if _tunnel_of(zone) != spec:
                 continue
             change = liveness.follow_tunnel(zone, state, ours, origin)
+            zone.stats.tunnel.seen(state.up, time.time())
             if change.learn is not None:
                 self.server.learn_zones(zone, change.learn)
             if change.loop_error is not None:

@@ -59,8 +59,8 @@ class Waiter:
         self.query, self.forward, self.listener, self.peer = query, forward, listener, peer
         self.size, self.start = size, start
 
-    def answer(self, zone: Zone, out: bytes, res: Resolution) -> None:
-        reply(zone, self.query, self.listener, self.peer, self.size, self.start, out, res)
+    def answer(self, zone: Zone, out: bytes, res: Resolution, via: Done | None = None) -> None:
+        reply(zone, self.query, self.listener, self.peer, self.size, self.start, out, res, via)
 
 
 class Misses:
@@ -340,7 +340,7 @@ def answer_each(zone: Zone, waiters: tuple[Waiter, ...] | list[Waiter], done: Do
         answer = zone.finish(waiter.query, waiter.forward, done, entry, now)
         if answer.notes:
             res.emit(zone.block, waiter.query, answer.notes)
-        waiter.answer(zone, answer.reply, res)
+        waiter.answer(zone, answer.reply, res, done)
 
 
 def _joined(zone: Zone, waiter: Waiter, future: asyncio.Future[Outcome], res: Resolution) -> None:
@@ -358,8 +358,9 @@ def _joined(zone: Zone, waiter: Waiter, future: asyncio.Future[Outcome], res: Re
 
 
 def reply(zone: Zone, q: wire.Query, listener: Listener, peer: datagrams.Peer, size: int,
-          start: float, out: bytes, res: Resolution) -> None:
-    """Send one client its reply (truncated to what it takes over UDP), counted and logged."""
+          start: float, out: bytes, res: Resolution, via: Done | None = None) -> None:
+    """Send one client its reply (truncated to what it takes over UDP), counted and logged;
+    `via`: the exchange's outcome it came from (which upstream answered, for `log`)."""
     if len(out) > q.max_udp:
         out = wire.truncated(q, (out[2] << 8) | out[3])
     sock = listener.udp
@@ -369,4 +370,4 @@ def reply(zone: Zone, q: wire.Query, listener: Listener, peer: datagrams.Peer, s
         sock.sendto(out, peer)
     except OSError:
         pass
-    res.account(zone, q, listener, peer, "udp", size, out, start)
+    res.account(zone, q, listener, peer, "udp", size, out, start, via)

@@ -53,28 +53,34 @@ class Resolution:
 
     async def answer(self, q: wire.Query, listener: Listener) -> tuple[bytes, Zone | None]:
         """The reply for a query, from cache or upstream (the full path, any transport)."""
+        out, zone, _ = await self.answer_via(q, listener)
+        return out, zone
+
+    async def answer_via(self, q: wire.Query,
+                         listener: Listener) -> tuple[bytes, Zone | None, Done | None]:
+        """`answer`, and the upstream exchange's outcome the reply came from (None when none)."""
         try:
             return await self._resolve(q, listener.router)
         except Exception as err:  # our own bug: the client still gets an answer, we a log line
             self.internal_error(err)
-            return wire.error_reply(q, dns.rcode.SERVFAIL), None
+            return wire.error_reply(q, dns.rcode.SERVFAIL), None, None
 
     def internal_error(self, err: BaseException) -> None:
         self.internal_errors += 1
         logs.error(f"internal error while resolving: {type(err).__name__}: {err}")
 
-    async def _resolve(self, q: wire.Query, router: Router) -> tuple[bytes, Zone | None]:
+    async def _resolve(self, q: wire.Query, router: Router) -> tuple[bytes, Zone | None, Done | None]:
         zone = router.route(q.name)
         if zone is None:
-            return unrouted(q), None
+            return unrouted(q), None, None
         decided = zone.begin(q, self.clock())
         if isinstance(decided, Answer):
             self.carry_out(zone, q, decided, router)
-            return decided.reply, zone
+            return decided.reply, zone, None
         done, entry = await self._flight(zone, q, decided, router)
         answer = zone.finish(q, decided, done, entry, self.clock())
         self.emit(zone.block, q, answer.notes)
-        return answer.reply, zone
+        return answer.reply, zone, done
 
     def carry_out(self, zone: Zone, q: wire.Query, answer: Answer, router: Router) -> None:
         """What goes with an answer: its log lines, and the refresh behind it."""
@@ -151,32 +157,34 @@ class Resolution:
     # -- accounting and logging ----------------------------------------------------------------
 
     def account(self, zone: Zone | None, q: wire.Query, listener: Listener, addr: datagrams.Peer,
-                proto: str, size: int, out: bytes, start: float) -> None:
+                proto: str, size: int, out: bytes, start: float, via: Done | None = None) -> None:
         if zone is None:
-            listener.unrouted.answered(proto, listener.family, q.qtype, out, self.clock() - start)
+            listener.unrouted.answered(proto, listener.family, q.qtype, out, self.clock() - start,
+                                       size, "")
             return
-        zone.stats.answered(proto, listener.family, q.qtype, out, self.clock() - start)
+        zone.stats.answered(proto, listener.family, q.qtype, out, self.clock() - start, size)
         if zone.log is not None:
-            self.log_query(zone.block, q, addr, proto, size, out, start)
+            self.log_query(zone.block, q, addr, proto, size, out, start, via)
 
     def account_unrouted(self, listener: Listener, proto: str, data: bytes, out: bytes,
                          start: float) -> None:
         """A reply the query reader gave at once (FORMERR, NOTIMP, REFUSED for a class)."""
         listener.unrouted.answered(proto, listener.family, queries.question_type(data), out,
-                                   self.clock() - start)
+                                   self.clock() - start, len(data), "")
 
     def log_query(self, block: Block, q: wire.Query, addr: datagrams.Peer, proto: str,
-                  size: int, out: bytes, start: float) -> None:
+                  size: int, out: bytes, start: float, via: Done | None = None) -> None:
         rules = block[directives.LOG]
         assert rules is not None
         spec = rules.rule_for(q.name, out[3] & 0xF)
         if spec is None:
             return
         seconds = self.clock() - start
+        upstream = (via.upstream, via.seconds) if via is not None and via.upstream else None
         if spec.template is not None:
-            logs.emit(logs.templated_line(q, addr, proto, size, out, seconds, spec.template))
+            logs.emit(logs.templated_line(q, addr, proto, size, out, seconds, spec.template, upstream))
         else:
-            logs.emit(logs.query_line(q, addr, proto, size, out, seconds, spec.json))
+            logs.emit(logs.query_line(q, addr, proto, size, out, seconds, spec.json, upstream))
 
     @staticmethod
     def emit(block: Block, q: wire.Query, notes: tuple[Note, ...]) -> None:
@@ -187,7 +195,8 @@ class Resolution:
                 getattr(logs, note.level)(note.text)
             elif isinstance(note, QueryError) and (errors := block[directives.ERRORS]) is not None:
                 name = wire.wire_to_text(q.question[:-4])
-                error_log.write(errors, note.rcode, name, _type_text(q.qtype), note.reason)
+                error_log.write(errors, note.rcode, name, _type_text(q.qtype), note.reason,
+                                block.zones[0])
 
     def spawn(self, coro: Coroutine[object, object, None]) -> None:
         spawn_into(self.tasks, coro)

@@ -66,10 +66,10 @@ async def serve_client(resolution: Resolution, connections: Connections, listene
 async def _answer(resolution: Resolution, q: wire.Query, listener: Listener,
                   writer: asyncio.StreamWriter, peer: tuple[str, int], size: int) -> None:
     start = resolution.clock()
-    out, zone = await resolution.answer(q, listener)
+    out, zone, via = await resolution.answer_via(q, listener)
     if writer.is_closing():
         return
     writer.write(struct.pack("!H", len(out)) + out)
     if writer.transport.get_write_buffer_size() > resolution.config().limits.tcp_buffer:
         writer.transport.abort()  # a client that does not read must not grow our memory
-    resolution.account(zone, q, listener, peer, "tcp", size, out, start)
+    resolution.account(zone, q, listener, peer, "tcp", size, out, start, via)

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable
 
 from splitdns.codec import queries, wire
+from splitdns.core import metrics
 from splitdns.core.memo import Remembered
 from splitdns.core.zone import Zone
 from splitdns.shell import datagrams, logs
@@ -96,7 +97,7 @@ class UdpPath:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
             turns = None
         batch.reply(i, out)
-        hits.append((zone, q.qtype, out[3] & 0xF))
+        hits.append((zone, q.qtype, out[3] & 0xF, metrics.hit_shape(known.entry[16], len(data), len(out))))
         if zone.log is not None:
             self.resolution.log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
         if known.refresh is not None:
@@ -120,21 +121,19 @@ class UdpPath:
             hits = Counter(map(_TALLY, repeats))
             hits.update(rendered)
             kinds = hits.items()
-        for (zone, qtype, rcode), times in kinds:
-            stats = zone.stats
-            stats.cache_hits += times
-            stats.answered_alike("udp", family, qtype, rcode, elapsed, times)
+        for (zone, qtype, rcode, shape), times in kinds:
+            zone.stats.hits(family, qtype, rcode, shape, elapsed, times)
 
     async def _resolve(self, q: wire.Query, listener: Listener, addr: datagrams.Peer,
                        size: int) -> None:
         start = self.clock()
-        out, zone = await self.resolution.answer(q, listener)
+        out, zone, via = await self.resolution.answer_via(q, listener)
         if len(out) > q.max_udp:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
         if listener.udp is None:
             return  # closed by a reload or a stop while we waited upstream
         _send(listener.udp, out, addr)
-        self.resolution.account(zone, q, listener, addr, "udp", size, out, start)
+        self.resolution.account(zone, q, listener, addr, "udp", size, out, start, via)
 
 
 def _send(sock: socket.socket, data: bytes, addr: datagrams.Peer) -> None:
