@@ -68,13 +68,16 @@ def readme_text() -> str:
 
 def reason_line(reason: str) -> int:
     """The README line a verdict's quoted reason starts on (0 if absent)."""
-    words = reason.split()
+    phrase = " ".join(reason.split())
     lines = (ROOT / "README.md").read_text().splitlines()
+    found = 0
     for number in range(len(lines)):
-        joined = " ".join(" ".join(lines[number:number + 6]).split())
-        if " ".join(words) in joined and words[0] in lines[number]:
-            return number + 1
-    return 0
+        # the last window of the first run that holds the whole phrase starts on its line
+        if phrase in " ".join(" ".join(lines[number:number + 6]).split()):
+            found = number + 1
+        elif found:
+            break
+    return found
 
 
 def behaviour_ids() -> list[tuple[str, str]]:
