@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splitdns import config, directives
-from splitdns.core import resolve
+from splitdns.core.exchange import ForwardState
 from splitdns.directives._args import domain_name
 from splitdns.errors import ConfigError
 from tests.lab.configs import SCENARIO_COREFILE
@@ -120,7 +120,7 @@ def test_forward_targets_and_options() -> None:
     assert spec.force_tcp and spec.failfast_all_unhealthy and spec.max_concurrent == 100
     assert spec.failover == frozenset({2, 5})
     assert (spec.read_timeout, spec.expire) == (0.5, 90.0)
-    assert resolve.ForwardState.of(spec).attempts() == 8  # CoreDNS: twice the number of upstreams
+    assert ForwardState.of(spec).attempts() == 8  # CoreDNS: twice the number of upstreams
 
 
 @pytest.mark.parametrize(("option", "fails_fast"), [

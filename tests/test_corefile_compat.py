@@ -12,8 +12,10 @@ import pytest
 
 from splitdns import cli, config, directives
 from splitdns.codec import entries, wire
-from splitdns.core import resolve
 from splitdns.core.cache import Cache
+from splitdns.core.exchange import Done
+from splitdns.core.routing import Router
+from splitdns.core.zone import Zone
 from splitdns.directives.cache import CacheSpec
 from splitdns.directives.logging import LogSpec
 from splitdns.errors import ConfigError
@@ -51,8 +53,8 @@ def test_classless_reverse_keys_are_zone_names_and_route_as_coredns_routes_them(
                           ". {\n    forward . 192.0.2.1\n}\n10.0.0.0/8 {\n    forward . 192.0.2.10\n}\n")
     assert [b.zones for b in loaded.blocks] == [("32/27.104.21.172.in-addr.arpa.",), (".",),
                                                 ("10.in-addr.arpa.",)]  # a real network still expands
-    zones = {b.zones[0]: resolve.Zone(b) for b in loaded.blocks}
-    router = resolve.Router(zones.values())
+    zones = {b.zones[0]: Zone(b) for b in loaded.blocks}
+    router = Router(zones.values())
     # The parent zone's CNAME (33.104.21.172.in-addr.arpa -> 33.32/27.104.21.172.in-addr.arpa)
     # leads to names under the classless zone: those go to its block, the parent's stay with `.`.
     delegated = router.route(wire.name_to_wire("33.32/27.104.21.172.in-addr.arpa."))
@@ -208,13 +210,13 @@ NEXT = """. {
 
 
 def test_next_hands_listed_rcodes_to_the_next_covering_forward_in_file_order() -> None:
-    zone = resolve.Zone(config.loads(NEXT).blocks[0])
+    zone = Zone(config.loads(NEXT).blocks[0])
     first, second, third, last = zone.forwards
     name = wire.name_to_wire("www.example.net.")
     client = query("www.example.net.")
 
-    def done(rcode: int) -> resolve.Done:
-        return resolve.Done(indexed(reply(client, rcode=rcode, authority=(SOA,))))
+    def done(rcode: int) -> Done:
+        return Done(indexed(reply(client, rcode=rcode, authority=(SOA,))))
 
     assert zone.forward_for(name) is second  # example.org's line does not cover the name
     assert zone.handed_on(second, name, done(dns.rcode.NXDOMAIN)) is third
@@ -223,7 +225,7 @@ def test_next_hands_listed_rcodes_to_the_next_covering_forward_in_file_order() -
     assert zone.handed_on(third, name, done(dns.rcode.SERVFAIL)) is None  # not in its list
     assert zone.handed_on(third, name, done(dns.rcode.NXDOMAIN)) is last
     assert zone.handed_on(last, name, done(dns.rcode.NXDOMAIN)) is None   # no next: it stands
-    assert zone.handed_on(second, name, resolve.Done(error="timeout")) is None  # no reply, no hand-over
+    assert zone.handed_on(second, name, Done(error="timeout")) is None  # no reply, no hand-over
     assert first is zone.forwards[0]
 
 

@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from splitdns import cli, config
-from splitdns.core import resolve
+from splitdns.core.routing import Router
+from splitdns.core.zone import Zone
 from splitdns.errors import ConfigError
 from splitdns.kube import lint
 from tests.support import user_text
@@ -112,9 +113,9 @@ def test_check_and_serve_loader_never_raise_anything_but_config_errors(text: str
             assert err.message and "object at 0x" not in err.message
             return
         # What serve builds next, short of sockets: a zone per block and a router per listener.
-        zones = {block: resolve.Zone(block) for block in loaded.blocks}
+        zones = {block: Zone(block) for block in loaded.blocks}
         for blocks in loaded.listeners().values():
-            router = resolve.Router(zones[b] for b in blocks)
+            router = Router(zones[b] for b in blocks)
             router.route(b"\x03www\x07example\x03org\x00")
 
 

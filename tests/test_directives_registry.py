@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from splitdns import config, directives
-from splitdns.core import resolve
+from splitdns.core.routing import cache_key
+from splitdns.core.zone import Zone
 from splitdns.kube import lint
 
 README = Path(__file__).parent.parent / "README.md"
@@ -51,7 +52,7 @@ def test_the_lists_derive_from_the_registry() -> None:
 
 
 def test_a_blocks_steps_are_the_registrys_steps_in_its_order() -> None:
-    zone = resolve.Zone(config.loads(". {\n hosts {\n  192.0.2.9 a.example.org\n }\n cache 30\n"
+    zone = Zone(config.loads(". {\n hosts {\n  192.0.2.9 a.example.org\n }\n cache 30\n"
                                      " forward . 192.0.2.1\n}\n", read_files=False).blocks[0])
     names = [step.__name__ for step in zone.steps]
     assert names == ["_local_step", "_loop_step", "_forward_step"]  # the cache: `known`, before
@@ -70,6 +71,6 @@ def test_every_coredns_directive_we_implement_has_a_row_in_the_readme_table() ->
 def test_a_reload_that_changes_a_stored_directive_starts_the_cache_afresh() -> None:
     def key(extra: str) -> tuple[object, ...]:
         text = f". {{\n cache 30\n {extra}\n forward . 192.0.2.1\n}}\n"
-        return resolve.cache_key(config.loads(text, read_files=False).blocks[0])
+        return cache_key(config.loads(text, read_files=False).blocks[0])
     assert key("errors") == key("log")  # not stored: the cache stays
     assert key("") != key("minimal")  # what is stored is minimised: the old entries go

@@ -14,17 +14,17 @@ import pytest
 
 from splitdns.codec import wire
 from splitdns.codec.reply import Reply
-from splitdns.core import resolve
 from splitdns.core.decisions import Forward, Settled
 from splitdns.core.exchange import Done, Send
 from splitdns.core.flight import ABANDONED, ASKING, BOARDING, SETTLED, Flight, FlightError, ProbeFlight
+from splitdns.core.zone import Zone
 from tests.support.transcript import Transcript, answering, parse
 
 ONE = ". {\n cache 30\n forward . 192.0.2.1 192.0.2.2 {\n  policy sequential\n }\n}\n"
 NEXT = ". {\n forward . 192.0.2.1 {\n  next NXDOMAIN\n }\n forward . 192.0.2.2\n}\n"
 
 
-def board(t: Transcript, name: str, now: float = 100.0) -> tuple[resolve.Zone, Flight]:
+def board(t: Transcript, name: str, now: float = 100.0) -> tuple[Zone, Flight]:
     q = parse(name)
     zone = t.zone(name)
     decided = t.begin(q, now)
@@ -40,11 +40,11 @@ def reply_to(flight: Flight, send: Send, rcode: int = dns.rcode.NOERROR) -> Repl
     return got
 
 
-def counts(zone: resolve.Zone) -> tuple[int, list[int], int]:
+def counts(zone: Zone) -> tuple[int, list[int], int]:
     return zone.pending, [f.inflight for f in zone.forwards], len(zone.flights)
 
 
-def started(t: Transcript, name: str, now: float = 100.0) -> tuple[resolve.Zone, Flight, Send]:
+def started(t: Transcript, name: str, now: float = 100.0) -> tuple[Zone, Flight, Send]:
     zone, flight = board(t, name, now)
     send = flight.start(now, t.rng, t.router.route)
     assert isinstance(send, Send) and flight.state is ASKING

@@ -8,9 +8,11 @@ import dns.message
 import dns.rcode
 
 from splitdns import config
-from splitdns.core import liveness, resolve
+from splitdns.core import liveness
 from splitdns.core.exchange import Done
+from splitdns.core.routing import Router
 from splitdns.core.tunnel import UP, Pushed, TunnelState
+from splitdns.core.zone import Zone
 from tests.helpers import indexed, reply
 
 TUNNEL = """. {
@@ -26,9 +28,9 @@ corp.example {
 """
 
 
-def _zones(text: str = TUNNEL) -> tuple[resolve.Router, list[resolve.Zone]]:
-    zones = [resolve.Zone(b) for b in config.loads(text, read_files=False).blocks]
-    return resolve.Router(zones), zones
+def _zones(text: str = TUNNEL) -> tuple[Router, list[Zone]]:
+    zones = [Zone(b) for b in config.loads(text, read_files=False).blocks]
+    return Router(zones), zones
 
 
 def _answer(name: str, rcode: int) -> Done:

@@ -9,8 +9,9 @@ from hypothesis import strategies as st
 
 from splitdns import config
 from splitdns.codec import entries, wire
-from splitdns.core import resolve
 from splitdns.core.memo import Memo
+from splitdns.core.routing import Router
+from splitdns.core.zone import Zone
 from splitdns.shell.listener import Listener
 from tests.helpers import indexed, memo_lookup, query, reply
 from tests.helpers import wire as to_wire
@@ -19,21 +20,21 @@ COREFILE = ". {\n cache 30\n forward . 192.0.2.10\n}\ncorp.example {\n cache 30\
 NAME = "api.corp.example."
 
 
-def setup() -> tuple[resolve.Router, resolve.Zone]:
-    router = resolve.Router(resolve.Zone(b) for b in config.loads(COREFILE, "Corefile", env={}).blocks)
+def setup() -> tuple[Router, Zone]:
+    router = Router(Zone(b) for b in config.loads(COREFILE, "Corefile", env={}).blocks)
     zone = router.route(wire.name_to_wire(NAME))
     assert zone is not None and zone.cache is not None
     return router, zone
 
 
-def fill(zone: resolve.Zone, client: dns.message.Message, now: float, ttl: int = 30,
+def fill(zone: Zone, client: dns.message.Message, now: float, ttl: int = 30,
          address: str = "10.8.0.5") -> None:
     q = wire.parse_query(to_wire(client))
     assert q is not None and zone.cache is not None
     zone.cache.put(q.key, q.name, indexed(reply(client, f"{NAME} {ttl} IN A {address}")), now)
 
 
-def served(router: resolve.Router, memo: Memo[resolve.Zone], data: bytes, now: float) -> bytes | None:
+def served(router: Router, memo: Memo[Zone], data: bytes, now: float) -> bytes | None:
     """What the shell's hot path sends: the memo's reply, else a rendered hit (remembered)."""
     repeat = memo_lookup(memo, data, now)
     if repeat is not None:
@@ -50,7 +51,7 @@ def served(router: resolve.Router, memo: Memo[resolve.Zone], data: bytes, now: f
     return out
 
 
-def rendered(zone: resolve.Zone, data: bytes, now: float) -> bytes | None:
+def rendered(zone: Zone, data: bytes, now: float) -> bytes | None:
     """The reference: the cache's answer, rendered afresh."""
     q = wire.parse_query(data)
     assert q is not None and zone.cache is not None
@@ -60,7 +61,7 @@ def rendered(zone: resolve.Zone, data: bytes, now: float) -> bytes | None:
 
 def test_a_repeat_gets_the_same_reply_with_its_own_id() -> None:
     router, zone = setup()
-    memo: Memo[resolve.Zone] = Memo()
+    memo: Memo[Zone] = Memo()
     fill(zone, query(NAME), now=100.0)
     first = served(router, memo, to_wire(query(NAME, qid=1)), 100.0)
     assert len(memo) == 1
@@ -72,7 +73,7 @@ def test_a_repeat_gets_the_same_reply_with_its_own_id() -> None:
 
 def test_a_new_second_patches_the_ttl_and_a_replaced_entry_or_expiry_end_the_memo() -> None:
     router, zone = setup()
-    memo: Memo[resolve.Zone] = Memo()
+    memo: Memo[Zone] = Memo()
     data = to_wire(query(NAME))
     fill(zone, query(NAME), now=100.0)
     served(router, memo, data, 100.0)
@@ -88,7 +89,7 @@ def test_a_new_second_patches_the_ttl_and_a_replaced_entry_or_expiry_end_the_mem
 
 def test_other_bytes_are_other_questions() -> None:
     router, zone = setup()
-    memo: Memo[resolve.Zone] = Memo()
+    memo: Memo[Zone] = Memo()
     fill(zone, query(NAME), now=100.0)
     served(router, memo, to_wire(query(NAME)), 100.0)
     for other in (query(NAME.upper()), query(NAME, do=True), query(NAME, edns=-1), query(NAME, "AAAA")):
@@ -97,7 +98,7 @@ def test_other_bytes_are_other_questions() -> None:
 
 def test_learning_zones_forgets_and_the_memo_is_bounded() -> None:
     router, zone = setup()
-    memo: Memo[resolve.Zone] = Memo()
+    memo: Memo[Zone] = Memo()
     fill(zone, query(NAME), now=100.0)
     served(router, memo, to_wire(query(NAME)), 100.0)
     listener = Listener("127.0.0.1", 0, router, memo=memo)  # the memo is the listener's
@@ -122,7 +123,7 @@ def test_learning_zones_forgets_and_the_memo_is_bounded() -> None:
 @settings(max_examples=200, deadline=None)
 def test_the_memo_never_answers_other_than_the_cache(steps: list[tuple[float, int, str, bool, bool]]) -> None:
     router, zone = setup()
-    memo: Memo[resolve.Zone] = Memo()
+    memo: Memo[Zone] = Memo()
     now = 1000.0
     for delay, qid, name, refill, do in steps:
         now += delay
@@ -134,7 +135,7 @@ def test_the_memo_never_answers_other_than_the_cache(steps: list[tuple[float, in
 
 def test_a_truncated_reply_is_not_patched_but_rendered_anew() -> None:
     _, zone = setup()
-    memo: Memo[resolve.Zone] = Memo()
+    memo: Memo[Zone] = Memo()
     data = to_wire(query(NAME, edns=-1))
     fill(zone, query(NAME, edns=-1), now=100.0)
     q = wire.parse_query(data)
@@ -152,7 +153,7 @@ def test_a_repeat_with_a_cookie_gets_its_own_cookie_answered() -> None:
     """Queries that differ only in their client cookie are different bytes: each repeat gets
     the reply the cache would render for it, with its own cookie and our server cookie."""
     router, zone = setup()
-    memo: Memo[resolve.Zone] = Memo()
+    memo: Memo[Zone] = Memo()
     fill(zone, query(NAME), now=100.0)
     for client_cookie in (bytes(range(8)), bytes(range(8, 16))):
         msg = query(NAME)

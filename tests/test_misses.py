@@ -24,8 +24,8 @@ import pytest
 
 from splitdns import config
 from splitdns.codec import wire
-from splitdns.core import resolve
 from splitdns.core.flight import ABANDONED
+from splitdns.core.zone import Zone
 from splitdns.shell import datagrams, misses, server
 from tests.helpers import query
 from tests.support.hostile import ask_tcp, ask_udp, names_seen, rcode_of, rdata
@@ -187,10 +187,10 @@ def test_a_bug_of_ours_on_the_callback_path_answers_servfail_and_is_counted(
     rules = [{"suffix": ".", "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
     port = free_port("127.0.0.1")
 
-    def broken(self: resolve.Zone, *args: object) -> None:
+    def broken(self: Zone, *args: object) -> None:
         raise RuntimeError("a bug in storing")
 
-    monkeypatch.setattr(resolve.Zone, "store", broken)
+    monkeypatch.setattr(Zone, "store", broken)
     with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:
@@ -210,10 +210,10 @@ def test_a_bug_of_ours_on_the_coroutine_path_answers_servfail_and_lands_the_flig
     rules = [{"suffix": ".", "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
     port = free_port("127.0.0.1")
 
-    def broken(self: resolve.Zone, *args: object) -> None:
+    def broken(self: Zone, *args: object) -> None:
         raise RuntimeError("a bug in storing")
 
-    monkeypatch.setattr(resolve.Zone, "store", broken)
+    monkeypatch.setattr(Zone, "store", broken)
     with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:

@@ -15,19 +15,22 @@ import pytest
 
 from splitdns import config, directives
 from splitdns.codec import entries, wire
-from splitdns.core import local, resolve
+from splitdns.core import local
+from splitdns.core.decisions import unrewrite
+from splitdns.core.exchange import Done
 from splitdns.core.memo import Memo
+from splitdns.core.zone import Zone
 from splitdns.directives import loadbalance
 from splitdns.errors import ConfigError
 from tests.helpers import memo_lookup, query, reply
 from tests.helpers import wire as to_wire
 
 
-def zone_of(text: str) -> resolve.Zone:
-    return resolve.Zone(config.loads(text, read_files=False).blocks[0])
+def zone_of(text: str) -> Zone:
+    return Zone(config.loads(text, read_files=False).blocks[0])
 
 
-def ask(zone: resolve.Zone, name: str, rdtype: str = "A") -> dns.message.Message | str:
+def ask(zone: Zone, name: str, rdtype: str = "A") -> dns.message.Message | str:
     """The block's own reply, or "upstream NAME" when the query goes on to `forward`."""
     q = wire.parse_query(to_wire(query(name, rdtype)))
     assert q is not None and zone.local is not None
@@ -61,7 +64,7 @@ fdfc:a744:27b5:3b0e::1  example.com example
 """
 
 
-def hosts_zone(body: str, args: str = "", file_text: str = HOSTS_FILE, zones: str = ".") -> resolve.Zone:
+def hosts_zone(body: str, args: str = "", file_text: str = HOSTS_FILE, zones: str = ".") -> Zone:
     zone = zone_of(f"{zones} {{\n hosts {args} {{\n{body}\n }}\n forward . 127.0.0.1:5399\n}}\n")
     assert zone.local is not None
     zone.local.load_hosts(file_text, (1, len(file_text)))
@@ -309,7 +312,7 @@ def rewritten_reply(rules: str, name: str, *records: str) -> dns.message.Message
 
     upstream = read_canonical(to_wire(reply(asked, *records)))
     assert upstream is not None
-    done = resolve.unrewrite(resolve.Done(upstream), made)
+    done = unrewrite(Done(upstream), made)
     assert done.reply is not None
     return dns.message.from_wire(wire.render(done.reply.stored, done.reply.offsets, None, q))
 
@@ -440,7 +443,7 @@ def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() ->
     from splitdns.codec.reply import read_canonical
 
     zone = zone_of(". {\n cache 3600\n loadbalance\n forward . 127.0.0.1:5399\n}\n")
-    memo: Memo[resolve.Zone] = Memo()
+    memo: Memo[Zone] = Memo()
     data = to_wire(query("lb.example.org"))
     q = wire.parse_query(data)
     upstream = read_canonical(to_wire(reply(query("lb.example.org"),
@@ -465,7 +468,7 @@ def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() ->
 
 def test_the_memo_answers_the_blocks_own_answers_until_they_are_replaced() -> None:
     zone = hosts_zone("fallthrough")
-    memo: Memo[resolve.Zone] = Memo()
+    memo: Memo[Zone] = Memo()
     data = to_wire(query("example.com"))
     q = wire.parse_query(data)
     assert q is not None and zone.local is not None

@@ -24,8 +24,11 @@ from hypothesis import strategies as st
 from splitdns import config
 from splitdns.codec import entries, wire
 from splitdns.codec import reply as replies
-from splitdns.core import resolve
 from splitdns.core.cache import Cache
+from splitdns.core.decisions import scrub
+from splitdns.core.exchange import Done, Exchange, Send
+from splitdns.core.routing import Router
+from splitdns.core.zone import Zone
 from splitdns.directives.cache import CacheSpec
 from splitdns.errors import ConfigError
 from tests.helpers import indexed, query
@@ -93,9 +96,9 @@ labels = st.text(alphabet="abcdefghijklmnopqrstuvwxyzABCDEFGHIJ0123456789-", min
 names = st.lists(labels, min_size=1, max_size=4).map(lambda ls: ".".join(ls) + ".")
 
 
-def router_for(text: str) -> resolve.Router:
+def router_for(text: str) -> Router:
     cfg = config.loads(text, "Corefile", env={})
-    return resolve.Router(resolve.Zone(b) for b in cfg.blocks)
+    return Router(Zone(b) for b in cfg.blocks)
 
 
 SPLIT = ". {\n cache 30\n forward . 192.0.2.10\n}\ncorp.example {\n forward . 192.0.2.20\n}\n"
@@ -135,7 +138,7 @@ reply_shapes = st.fixed_dictionaries({
     "aa": st.booleans(), "ra": st.booleans(), "ttl": st.sampled_from([0, 2, 60, 3600, 0x80000001])})
 
 
-def zone_with(cache: str) -> resolve.Zone:
+def zone_with(cache: str) -> Zone:
     """The zone of a one-block Corefile with this `cache` line (or none)."""
     zone = router_for(f". {{\n {cache}\n forward . 192.0.2.10\n}}\n").route(b"\x00")
     assert zone is not None
@@ -170,7 +173,7 @@ def test_passthrough_render_agrees_with_dnspython(shape: dict[str, object], cap:
     """A passed-through reply (not cached) is rendered by hand from the reader's index; the
     client must get the message dnspython would build, every TTL within `cache CAP`."""
     q, _, msg = built_reply(**shape)  # type: ignore[arg-type]
-    done = resolve.Done(indexed(msg))
+    done = Done(indexed(msg))
     fast = zone_with(f"cache {cap}" if cap else "").render(q, done, None, 0.0)
     a, b = dns.message.from_wire(fast), dns.message.from_wire(dnspython_render(msg, q, cap))
     assert (a.id, a.flags, a.rcode(), a.edns, a.ednsflags, a.payload) == \
@@ -191,7 +194,7 @@ def test_cache_hit_and_passthrough_differ_only_in_ttls(shape: dict[str, object],
     assume(entry is not None)
     assert entry is not None
     hit = dns.message.from_wire(entries.render(entry, entries.remaining(entry, 1000.0 + age), q))
-    passed = dns.message.from_wire(zone_with("").render(q, resolve.Done(indexed(msg)), None, 1000.0))
+    passed = dns.message.from_wire(zone_with("").render(q, Done(indexed(msg)), None, 1000.0))
     for section in ("question", "answer", "authority", "additional"):
         assert getattr(hit, section) == getattr(passed, section), section
     assert (hit.id, hit.flags, hit.rcode(), hit.edns, hit.ednsflags) == \
@@ -247,14 +250,14 @@ def test_any_upstream_bytes_never_raise_through_the_reply_path(data: st.DataObje
     zone = router.route(q.name)
     assert zone is not None
     # As the server does: the exchange decides what the reply means (failure signal, TC, ...).
-    exchange = resolve.Exchange(zone.forwards[0], 1000.0, random.Random(0))
+    exchange = Exchange(zone.forwards[0], 1000.0, random.Random(0))
     step = exchange.start()
-    assert isinstance(step, resolve.Send)
+    assert isinstance(step, Send)
     outcome = exchange.answered(step, got, 1000.0)
     event(f"the exchange: {type(outcome).__name__}")
-    assume(isinstance(outcome, resolve.Done))
-    assert isinstance(outcome, resolve.Done)
-    done = resolve.scrub(outcome, zone, router.route)
+    assume(isinstance(outcome, Done))
+    assert isinstance(outcome, Done)
+    done = scrub(outcome, zone, router.route)
     entry = zone.store(q, done, 1000.0)
     out = zone.render(q, done, entry, 1000.0)
     reply = dns.message.from_wire(out)

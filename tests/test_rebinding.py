@@ -14,7 +14,10 @@ from hypothesis import strategies as st
 from splitdns import config, directives
 from splitdns.codec import reply as replies
 from splitdns.codec import wire
-from splitdns.core import resolve
+from splitdns.core.decisions import scrub
+from splitdns.core.exchange import Done
+from splitdns.core.routing import Router
+from splitdns.core.zone import Zone
 from splitdns.directives.private import DEFAULT_NETWORKS
 from splitdns.errors import ConfigError
 from splitdns.shell import http
@@ -33,16 +36,16 @@ corp.example {
 """
 
 
-def zones() -> tuple[resolve.Zone, resolve.Zone]:
-    router = resolve.Router(resolve.Zone(b) for b in config.loads(COREFILE, "Corefile", env={}).blocks)
+def zones() -> tuple[Zone, Zone]:
+    router = Router(Zone(b) for b in config.loads(COREFILE, "Corefile", env={}).blocks)
     catch_all = router.route(wire.name_to_wire("x.public.test."))
     tunnel = router.route(wire.name_to_wire("api.corp.example."))
     assert catch_all is not None and tunnel is not None
     return catch_all, tunnel
 
 
-def filtered(zone: resolve.Zone, msg: dns.message.Message) -> tuple[dns.message.Message, list[str]]:
-    done, removed = zone.without_private(resolve.Done(indexed(msg)))
+def filtered(zone: Zone, msg: dns.message.Message) -> tuple[dns.message.Message, list[str]]:
+    done, removed = zone.without_private(Done(indexed(msg)))
     assert done.reply is not None
     return dns.message.from_wire(done.reply.data), removed
 
@@ -73,11 +76,11 @@ def test_an_answer_left_without_addresses_is_nodata() -> None:
 def test_allowed_zones_other_blocks_and_clean_replies_are_untouched() -> None:
     catch_all, tunnel = zones()
     lan = reply(query("nas.home.example."), "nas.home.example. 60 IN A 192.168.1.10")
-    done = resolve.Done(indexed(lan))
+    done = Done(indexed(lan))
     assert catch_all.without_private(done)[0] is done  # allowed: the same reply, not a rewrite
-    inside = resolve.Done(indexed(reply(query("api.corp.example."), "api.corp.example. 60 IN A 10.8.0.5")))
+    inside = Done(indexed(reply(query("api.corp.example."), "api.corp.example. 60 IN A 10.8.0.5")))
     assert tunnel.without_private(inside)[0] is inside  # the tunnel block has no directive
-    public = resolve.Done(indexed(reply(query("x.public.test."), "x.public.test. 60 IN A 192.0.2.1")))
+    public = Done(indexed(reply(query("x.public.test."), "x.public.test. 60 IN A 192.0.2.1")))
     assert catch_all.without_private(public)[0] is public
 
 
@@ -159,13 +162,13 @@ def test_a_reply_dnspython_cannot_rewrite_is_refused_not_passed_on(monkeypatch: 
     monkeypatch.setattr(replies, "_dnspython_reads", lambda *_: True)
     broken = replies.read_canonical(with_broken_caa(up, b"\x00"))
     assert broken is not None
-    done, removed = catch_all.without_private(resolve.Done(broken))
+    done, removed = catch_all.without_private(Done(broken))
     assert done.reply is None and done.error is not None and "could not be rewritten" in done.error
     assert removed == []
-    router = resolve.Router([catch_all, *zones()[1:]])
+    router = Router([catch_all, *zones()[1:]])
     foreign = replies.read_canonical(with_broken_caa(reply(query("x.public.test.", edns=-1),
                                                    "x.public.test. 60 IN A 192.0.2.1"),
                                              wire.name_to_wire("corp.example.")))
     assert foreign is not None
-    scrubbed = resolve.scrub(resolve.Done(foreign), catch_all, router.route)
+    scrubbed = scrub(Done(foreign), catch_all, router.route)
     assert scrubbed.reply is None and scrubbed.error is not None

@@ -13,14 +13,18 @@ import pytest
 from splitdns import config
 from splitdns.codec import wire
 from splitdns.codec.reply import Reply
-from splitdns.core import liveness, resolve
+from splitdns.core import liveness
+from splitdns.core.decisions import scrub
+from splitdns.core.exchange import EDE_NO_REACHABLE_AUTHORITY, Done, Exchange, ForwardState, Send
+from splitdns.core.routing import Router, cache_key
+from splitdns.core.zone import Zone
 from tests.helpers import indexed, query, reply
 from tests.helpers import wire as to_wire
 
 
-def zones(text: str) -> resolve.Router:
+def zones(text: str) -> Router:
     cfg = config.loads(text, "Corefile", env={})
-    return resolve.Router(resolve.Zone(b) for b in cfg.blocks)
+    return Router(Zone(b) for b in cfg.blocks)
 
 
 SPLIT = """
@@ -80,42 +84,42 @@ def test_forward_from_and_except() -> None:
     assert chosen("db.private.example.org.") is None         # excepted, no next forward: SERVFAIL
 
 
-def forward_state(options: str = "", upstreams: str = "192.0.2.1 192.0.2.2") -> resolve.ForwardState:
+def forward_state(options: str = "", upstreams: str = "192.0.2.1 192.0.2.2") -> ForwardState:
     text = f". {{\n forward . {upstreams} {{\n policy sequential\n {options}\n }}\n}}\n"
-    return resolve.ForwardState.of(config.loads(text, "Corefile", env={}).blocks[0].forwards[0])
+    return ForwardState.of(config.loads(text, "Corefile", env={}).blocks[0].forwards[0])
 
 
-def answer_for(step: resolve.Send, *records: str, rcode: int = 0, tc: bool = False) -> Reply:
+def answer_for(step: Send, *records: str, rcode: int = 0, tc: bool = False) -> Reply:
     return indexed(reply(query("example.org."), *records, rcode=rcode, tc=tc))
 
 
 def test_exchange_fails_over_in_policy_order_then_answers() -> None:
-    ex = resolve.Exchange(forward_state(), now=0.0, rng=random.Random(1))
+    ex = Exchange(forward_state(), now=0.0, rng=random.Random(1))
     step = ex.start()
-    assert isinstance(step, resolve.Send) and str(step.upstream.upstream) == "192.0.2.1:53"
+    assert isinstance(step, Send) and str(step.upstream.upstream) == "192.0.2.1:53"
     assert (step.tcp, step.timeout) == (False, 2.0)
     step = ex.failed(step, "timeout after 2s", now=2.0)
-    assert isinstance(step, resolve.Send) and str(step.upstream.upstream) == "192.0.2.2:53"
+    assert isinstance(step, Send) and str(step.upstream.upstream) == "192.0.2.2:53"
     assert step.timeout == 2.0
     done = ex.answered(step, answer_for(step, "example.org. 60 IN A 192.0.2.80"), now=2.1)
-    assert isinstance(done, resolve.Done) and done.reply is not None and done.error is None
+    assert isinstance(done, Done) and done.reply is not None and done.error is None
 
 
 def test_truncated_reply_is_asked_again_over_tcp_of_the_same_upstream() -> None:
-    ex = resolve.Exchange(forward_state(), now=0.0, rng=random.Random(1))
+    ex = Exchange(forward_state(), now=0.0, rng=random.Random(1))
     step = ex.start()
-    assert isinstance(step, resolve.Send)
+    assert isinstance(step, Send)
     retry = ex.answered(step, answer_for(step, tc=True), now=0.01)
-    assert isinstance(retry, resolve.Send) and retry.tcp and retry.upstream is step.upstream
+    assert isinstance(retry, Send) and retry.tcp and retry.upstream is step.upstream
 
 
 def test_everything_failing_ends_in_servfail_with_the_reason_within_the_attempts() -> None:
     fwd = forward_state()
-    ex = resolve.Exchange(fwd, now=0.0, rng=random.Random(1))
+    ex = Exchange(fwd, now=0.0, rng=random.Random(1))
     step = ex.start()
     t = 0.0
     sends = 0
-    while isinstance(step, resolve.Send):
+    while isinstance(step, Send):
         sends += 1
         t += 0.001  # refused at once: ICMP port unreachable on a connected socket
         step = ex.failed(step, "connection refused (nothing listens there)", now=t)
@@ -125,26 +129,26 @@ def test_everything_failing_ends_in_servfail_with_the_reason_within_the_attempts
 
 
 def test_overall_deadline_bounds_the_exchange() -> None:
-    ex = resolve.Exchange(forward_state(upstreams="192.0.2.1 192.0.2.2 192.0.2.3 192.0.2.4"),
+    ex = Exchange(forward_state(upstreams="192.0.2.1 192.0.2.2 192.0.2.3 192.0.2.4"),
                           now=0.0, rng=random.Random(1))
     step = ex.start()
-    assert isinstance(step, resolve.Send)
+    assert isinstance(step, Send)
     step = ex.failed(step, "timeout", now=2.0)
     step = ex.failed(step, "timeout", now=4.0)  # type: ignore[arg-type]
-    assert isinstance(step, resolve.Send) and step.timeout == pytest.approx(1.0)  # 5 s overall
+    assert isinstance(step, Send) and step.timeout == pytest.approx(1.0)  # 5 s overall
     step = ex.failed(step, "timeout", now=5.0)
-    assert isinstance(step, resolve.Done) and step.rcode == dns.rcode.SERVFAIL
+    assert isinstance(step, Done) and step.rcode == dns.rcode.SERVFAIL
 
 
 def test_down_upstreams_are_skipped_and_failfast_answers_at_once() -> None:
     fwd = forward_state("failfast_all_unhealthy_upstreams\n max_fails 2")
     fwd.upstreams[0].fails = 3
-    ex = resolve.Exchange(fwd, now=0.0, rng=random.Random(1))
+    ex = Exchange(fwd, now=0.0, rng=random.Random(1))
     step = ex.start()
-    assert isinstance(step, resolve.Send) and str(step.upstream.upstream) == "192.0.2.2:53"
+    assert isinstance(step, Send) and str(step.upstream.upstream) == "192.0.2.2:53"
     fwd.upstreams[1].fails = 3
-    done = resolve.Exchange(fwd, now=0.0, rng=random.Random(1)).start()
-    assert isinstance(done, resolve.Done) and (done.error or "").startswith("all upstreams are down")
+    done = Exchange(fwd, now=0.0, rng=random.Random(1)).start()
+    assert isinstance(done, Done) and (done.error or "").startswith("all upstreams are down")
     assert fwd.broken == 1
 
 
@@ -152,77 +156,77 @@ def test_all_down_with_failfast_off_still_tries_one_as_coredns() -> None:
     fwd = forward_state("max_fails 1\n failfast_all_unhealthy_upstreams off")
     for state in fwd.upstreams:
         state.fails = 2
-    step = resolve.Exchange(fwd, now=0.0, rng=random.Random(1)).start()
-    assert isinstance(step, resolve.Send)
+    step = Exchange(fwd, now=0.0, rng=random.Random(1)).start()
+    assert isinstance(step, Send)
 
 
 def test_failures_count_towards_down_and_any_reply_heals() -> None:
     fwd = forward_state("max_fails 2\n failfast_all_unhealthy_upstreams off", upstreams="192.0.2.1")
-    ex = resolve.Exchange(fwd, now=0.0, rng=random.Random(1))
+    ex = Exchange(fwd, now=0.0, rng=random.Random(1))
     step = ex.start()
     for t in (1.0, 2.0):
-        assert isinstance(step, resolve.Send)
+        assert isinstance(step, Send)
         step = ex.failed(step, "timeout", now=t)
     assert fwd.upstreams[0].fails == 2 and not fwd.upstreams[0].down(2)
     fwd.upstreams[0].fails = 3
     assert fwd.upstreams[0].down(2)
-    ex = resolve.Exchange(fwd, now=10.0, rng=random.Random(1))
+    ex = Exchange(fwd, now=10.0, rng=random.Random(1))
     step = ex.start()
-    assert isinstance(step, resolve.Send)
+    assert isinstance(step, Send)
     ex.answered(step, answer_for(step, rcode=dns.rcode.SERVFAIL), now=10.1)
     assert fwd.upstreams[0].fails == 0  # CoreDNS: any reply, SERVFAIL too, means alive
 
 
 def test_failover_rcodes_try_the_next_upstream_and_keep_the_last_reply() -> None:
-    ex = resolve.Exchange(forward_state("failover SERVFAIL"), now=0.0, rng=random.Random(1))
+    ex = Exchange(forward_state("failover SERVFAIL"), now=0.0, rng=random.Random(1))
     step = ex.start()
-    assert isinstance(step, resolve.Send)
+    assert isinstance(step, Send)
     step = ex.answered(step, answer_for(step, rcode=dns.rcode.SERVFAIL), now=0.1)
-    assert isinstance(step, resolve.Send) and str(step.upstream.upstream) == "192.0.2.2:53"
+    assert isinstance(step, Send) and str(step.upstream.upstream) == "192.0.2.2:53"
     done = ex.answered(step, answer_for(step, rcode=dns.rcode.SERVFAIL), now=0.2)
-    while isinstance(done, resolve.Send):
+    while isinstance(done, Send):
         done = ex.answered(done, answer_for(done, rcode=dns.rcode.SERVFAIL), now=0.3)
     assert done.reply is not None and done.reply.rcode() == dns.rcode.SERVFAIL
 
 
 def test_round_robin_rotates_the_first_upstream() -> None:
     text = ". {\n forward . 192.0.2.1 192.0.2.2 192.0.2.3 {\n policy round_robin\n }\n}\n"
-    fwd = resolve.ForwardState.of(config.loads(text, "Corefile", env={}).blocks[0].forwards[0])
+    fwd = ForwardState.of(config.loads(text, "Corefile", env={}).blocks[0].forwards[0])
     firsts = []
     for _ in range(4):
-        step = resolve.Exchange(fwd, now=0.0, rng=random.Random(1)).start()
-        assert isinstance(step, resolve.Send)
+        step = Exchange(fwd, now=0.0, rng=random.Random(1)).start()
+        assert isinstance(step, Send)
         firsts.append(str(step.upstream.upstream))
     assert firsts == ["192.0.2.1:53", "192.0.2.2:53", "192.0.2.3:53", "192.0.2.1:53"]
 
 
 def test_random_policy_spreads_over_upstreams() -> None:
     text = ". {\n forward . 192.0.2.1 192.0.2.2 192.0.2.3\n}\n"
-    fwd = resolve.ForwardState.of(config.loads(text, "Corefile", env={}).blocks[0].forwards[0])
+    fwd = ForwardState.of(config.loads(text, "Corefile", env={}).blocks[0].forwards[0])
     rng = random.Random(7)
     seen = set()
     for _ in range(50):
-        step = resolve.Exchange(fwd, now=0.0, rng=rng).start()
-        assert isinstance(step, resolve.Send)
+        step = Exchange(fwd, now=0.0, rng=rng).start()
+        assert isinstance(step, Send)
         seen.add(str(step.upstream.upstream))
     assert len(seen) == 3
 
 
 def test_scrub_drops_records_another_zone_owns_and_keeps_the_answer() -> None:
     text = ". {\n forward . 192.0.2.10\n}\ncorp.example {\n forward . 192.0.2.20\n}\n"
-    router = resolve.Router(resolve.Zone(b) for b in config.loads(text, "Corefile", env={}).blocks)
+    router = Router(Zone(b) for b in config.loads(text, "Corefile", env={}).blocks)
     catch_all = router.route(wire.name_to_wire("x.public.test."))
     assert catch_all is not None
     clean = reply(query("x.public.test."), "x.public.test. 60 IN CNAME db.corp.example.",
                   authority=("public.test. 60 IN NS ns.public.test.",))
     clean.additional.append(dns.rrset.from_text("ns.public.test.", 60, "IN", "A", "192.0.2.53"))
-    done = resolve.Done(indexed(clean))
-    assert resolve.scrub(done, catch_all, router.route) is done  # nothing foreign: untouched, no rewrite
+    done = Done(indexed(clean))
+    assert scrub(done, catch_all, router.route) is done  # nothing foreign: untouched, no rewrite
     hostile = reply(query("x.public.test."), "x.public.test. 60 IN CNAME db.corp.example.",
                     authority=("corp.example. 60 IN NS ns.public.test.",))
     hostile.additional.append(dns.rrset.from_text("ns.public.test.", 60, "IN", "A", "192.0.2.53"))
     hostile.additional.append(dns.rrset.from_text("DB.Corp.Example.", 60, "IN", "A", "192.0.2.66"))
-    scrubbed = resolve.scrub(resolve.Done(indexed(hostile)), catch_all, router.route).reply
+    scrubbed = scrub(Done(indexed(hostile)), catch_all, router.route).reply
     assert scrubbed is not None
     out = dns.message.from_wire(scrubbed.data)
     assert out.answer == hostile.answer  # the answer section answers the question: kept
@@ -236,11 +240,11 @@ def test_failing_fast_is_the_default_and_a_probe_reply_ends_it() -> None:
     query is answered at once with the reason, until a health probe gets a reply."""
     fwd = forward_state("", upstreams="192.0.2.1")
     assert fwd.spec.failfast_all_unhealthy and fwd.spec.max_fails == 2
-    ex = resolve.Exchange(fwd, now=0.0, rng=random.Random(1))
+    ex = Exchange(fwd, now=0.0, rng=random.Random(1))
     step = ex.start()
     sends = 0
     t = 0.0
-    while isinstance(step, resolve.Send):
+    while isinstance(step, Send):
         sends += 1
         t += 2.0
         step = ex.failed(step, "timeout after 2s", now=t)
@@ -250,21 +254,21 @@ def test_failing_fast_is_the_default_and_a_probe_reply_ends_it() -> None:
     state = fwd.upstreams[0]
     assert state.down(fwd.spec.max_fails)
     for later in (4.01, 30.0, 300.0):  # no attempt at all: SERVFAIL with the reason at once
-        done = resolve.Exchange(fwd, now=later, rng=random.Random(1)).start()
-        assert isinstance(done, resolve.Done) and done.ede is not None
-        assert done.ede[0] == resolve.EDE_NO_REACHABLE_AUTHORITY
+        done = Exchange(fwd, now=later, rng=random.Random(1)).start()
+        assert isinstance(done, Done) and done.ede is not None
+        assert done.ede[0] == EDE_NO_REACHABLE_AUTHORITY
         assert done.ede[1].startswith("all upstreams are down (192.0.2.1:53: timeout after 2s)")
     state.replied(301.0)  # a probe got a reply: in service at once
-    assert isinstance(resolve.Exchange(fwd, now=301.1, rng=random.Random(1)).start(), resolve.Send)
+    assert isinstance(Exchange(fwd, now=301.1, rng=random.Random(1)).start(), Send)
 
 
 def test_a_single_lost_packet_does_not_mark_a_healthy_upstream_down() -> None:
     fwd = forward_state("", upstreams="192.0.2.1")
-    ex = resolve.Exchange(fwd, now=0.0, rng=random.Random(1))
+    ex = Exchange(fwd, now=0.0, rng=random.Random(1))
     step = ex.start()
-    assert isinstance(step, resolve.Send)
+    assert isinstance(step, Send)
     step = ex.failed(step, "timeout after 2s", now=2.0)  # one datagram lost
-    assert isinstance(step, resolve.Send) and not step.upstream.down(fwd.spec.max_fails)
+    assert isinstance(step, Send) and not step.upstream.down(fwd.spec.max_fails)
     ex.answered(step, answer_for(step, "example.org. 60 IN A 192.0.2.80"), now=2.01)
     assert fwd.upstreams[0].fails == 0
 
@@ -295,7 +299,7 @@ def test_a_reload_keeps_a_cache_only_when_its_content_would_be_the_same(after: s
         return config.loads(f". {{\n {body}\n}}\n", "Corefile", env={}).blocks[0]
 
     before = block("forward . 192.0.2.1\n cache 60")
-    assert (resolve.cache_key(before) == resolve.cache_key(block(after))) is kept
+    assert (cache_key(before) == cache_key(block(after))) is kept
 
 
 def test_relayed_referral_and_stale_answers_obey_the_ttl_cap() -> None:
@@ -310,14 +314,14 @@ def test_relayed_referral_and_stale_answers_obey_the_ttl_cap() -> None:
     referral = reply(client, authority=("sub.example.org. 3600 IN NS ns.sub.example.org.",))
     referral.additional.append(dns.rrset.from_text("ns.sub.example.org.", 3600, "IN", "A", "192.0.2.53"))
     referral.flags = (referral.flags | dns.flags.AA) & ~dns.flags.RA  # an authoritative-only server
-    done = resolve.Done(indexed(referral))
+    done = Done(indexed(referral))
     assert zone.store(q, done, 100.0) is None  # no answer, no SOA: not cached
     out = dns.message.from_wire(zone.render(q, done, None, 100.0))
     assert [r.ttl for r in out.authority + out.additional] == [10, 10]
     assert out.flags & dns.flags.RA and not out.flags & dns.flags.AA
     answer = reply(client, "www.sub.example.org. 3600 IN A 192.0.2.1")
     answer.flags |= dns.flags.AA
-    entry = zone.store(q, resolve.Done(indexed(answer)), 100.0)
+    entry = zone.store(q, Done(indexed(answer)), 100.0)
     assert entry is not None
     stale = zone.stale(q, 111.0)
     assert stale is not None

@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 from splitdns import config, directives
 from splitdns.codec import wire
 from splitdns.codec.reply import Reply
-from splitdns.core import liveness, resolve
+from splitdns.core import liveness
 from splitdns.core.cache import STALE_RECHECK
 from splitdns.core.decisions import Answer, Forward, LogLine, QueryError
 from splitdns.core.exchange import Done, Send
+from splitdns.core.routing import Router
 from splitdns.core.tunnel import UP, Pushed, TunnelState
+from splitdns.core.zone import Zone
 from splitdns.directives.forward import Upstream
 from tests.helpers import indexed, query, reply
 from tests.helpers import wire as to_wire
@@ -278,7 +280,7 @@ def test_the_steps_follow_directives_order(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_query_the_hot_path_missed_is_counted_once_and_not_looked_up_again() -> None:
     """The UDP hot path runs the zone's `known` step; on a miss (counted there) the shell
     walks on from the step after it, so routing and lookup happen once per miss."""
-    zone = resolve.Zone(config.loads(hot_corefile(""), "Corefile", env={}).blocks[0])
+    zone = Zone(config.loads(hot_corefile(""), "Corefile", env={}).blocks[0])
     assert zone.cache is not None
     q = parse("a.example.org.")
     assert zone.known(q, 101.0) is None and isinstance(zone.walk(q, 101.0), Forward)
@@ -361,8 +363,8 @@ def test_the_udp_hot_path_answers_exactly_what_begin_answers(
     from splitdns.shell.resolution import Resolution
 
     cfg = config.loads(hot_corefile(extra), "Corefile", env={})
-    hot_zone, begin_zone = resolve.Zone(cfg.blocks[0]), resolve.Zone(cfg.blocks[0])
-    listener = Listener("127.0.0.1", 0, resolve.Router([hot_zone]), memo=Memo())
+    hot_zone, begin_zone = Zone(cfg.blocks[0]), Zone(cfg.blocks[0])
+    listener = Listener("127.0.0.1", 0, Router([hot_zone]), memo=Memo())
     path = udp.UdpPath(lambda: 0.0, Resolution(lambda: cfg, lambda: 0.0, random.Random(1),
                                                upstream.Counters(), lambda: 0))
     shell = _Shell()

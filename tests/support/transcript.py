@@ -18,9 +18,11 @@ import dns.rcode
 from splitdns import config
 from splitdns.codec import wire
 from splitdns.codec.reply import Reply
-from splitdns.core import resolve
 from splitdns.core.decisions import Answer, Forward, Settled
 from splitdns.core.exchange import Done, Send
+from splitdns.core.loop import LoopGuard
+from splitdns.core.routing import Router
+from splitdns.core.zone import Zone
 from tests.helpers import indexed, query, reply
 from tests.helpers import wire as to_wire
 
@@ -66,11 +68,11 @@ class Transcript:
 
     def __post_init__(self) -> None:
         blocks = config.loads(self.corefile, "Corefile", env={}).blocks
-        self.loop_probes: dict[bytes, resolve.LoopGuard] = {}
-        self.router = resolve.Router(resolve.Zone(b, loop_probes=self.loop_probes) for b in blocks)
+        self.loop_probes: dict[bytes, LoopGuard] = {}
+        self.router = Router(Zone(b, loop_probes=self.loop_probes) for b in blocks)
         self.rng = random.Random(7)
 
-    def zone(self, name: str) -> resolve.Zone:
+    def zone(self, name: str) -> Zone:
         zone = self.router.route(wire.name_to_wire(name))
         assert zone is not None
         return zone
@@ -83,7 +85,7 @@ class Transcript:
             self.notes.extend(decided.notes)
         return decided
 
-    def fly(self, zone: resolve.Zone, q: wire.Query, forward: Forward, upstream: Upstreamer,
+    def fly(self, zone: Zone, q: wire.Query, forward: Forward, upstream: Upstreamer,
             now: float) -> Settled | Done:
         """The query's flight, as the shell drives it: depart, start, each attempt's reply or
         failure (a "timeout ..." failure is a timeout) until it settles."""

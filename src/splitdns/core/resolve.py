@@ -1,4 +1,4 @@
-"""The resolver's core: the life of a query, and the names the rest of the package uses.
+"""The life of a query, told once: how the core's modules (`core/`) answer it. No code lives here.
 
 Never touches a socket, a clock or the global random generator: `now` and `rng` come in as
 arguments, decisions go out as values (decisions.py). The shell (shell/) does the I/O.
@@ -57,35 +57,3 @@ networks (`private_addresses`), is stored in the cache if it may be, and the fli
 stale entry when the exchange failed). A UDP reply larger than the client can take is
 replaced by a truncated one (TC set), so the client retries over TCP.
 """
-
-from __future__ import annotations
-
-from splitdns.core.cache import STALE_RECHECK, STALE_TTL
-from splitdns.core.decisions import (
-    Answer,
-    Forward,
-    LogLine,
-    Note,
-    QueryError,
-    Settled,
-    scrub,
-    unrewrite,
-)
-from splitdns.core.exchange import (
-    EDE_NO_REACHABLE_AUTHORITY,
-    EDE_NOT_READY,
-    Done,
-    Exchange,
-    ForwardState,
-    Send,
-    UpstreamState,
-)
-from splitdns.core.flight import Flight
-from splitdns.core.loop import LoopGuard
-from splitdns.core.routing import Router, cache_key, unrouted
-from splitdns.core.zone import Zone
-
-__all__ = ["EDE_NOT_READY", "EDE_NO_REACHABLE_AUTHORITY", "STALE_RECHECK", "STALE_TTL", "Answer",
-           "Done", "Exchange", "Flight", "Forward", "ForwardState", "LogLine", "LoopGuard",
-           "Note", "QueryError", "Router", "Send", "Settled", "UpstreamState", "Zone", "cache_key",
-           "scrub", "unrewrite", "unrouted"]
