@@ -296,7 +296,7 @@ class Miss:
         gets its answer to the outcome."""
         zone, res = self.zone, self.res
         if settled.notes:
-            res.emit(zone.block, self.flight.query, settled.notes)
+            res.emit(zone, self.flight.query, settled.notes)
         self.outcome = outcome = (settled.done, settled.entry)
         del res.flights[self.flight]
         waiters, self.waiters = self.waiters, []  # answered once, even if a bug stops us midway
@@ -339,7 +339,7 @@ def answer_each(zone: Zone, waiters: tuple[Waiter, ...] | list[Waiter], done: Do
     for waiter in waiters:
         answer = zone.finish(waiter.query, waiter.forward, done, entry, now)
         if answer.notes:
-            res.emit(zone.block, waiter.query, answer.notes)
+            res.emit(zone, waiter.query, answer.notes)
         waiter.answer(zone, answer.reply, res, done)
 
 

@@ -79,13 +79,13 @@ class Resolution:
             return decided.reply, zone, None
         done, entry = await self._flight(zone, q, decided, router)
         answer = zone.finish(q, decided, done, entry, self.clock())
-        self.emit(zone.block, q, answer.notes)
+        self.emit(zone, q, answer.notes)
         return answer.reply, zone, done
 
     def carry_out(self, zone: Zone, q: wire.Query, answer: Answer, router: Router) -> None:
         """What goes with an answer: its log lines, and the refresh behind it."""
         if answer.notes:
-            self.emit(zone.block, q, answer.notes)
+            self.emit(zone, q, answer.notes)
         if answer.refresh is not None:
             self.refresh(zone, answer.refresh, q, router)
 
@@ -108,7 +108,7 @@ class Resolution:
 
     async def _refresh(self, zone: Zone, forward: Forward, q: wire.Query, router: Router) -> None:
         done, _ = await self._flight(zone, q, forward, router)
-        self.emit(zone.block, q, zone.refreshed(forward, done))
+        self.emit(zone, q, zone.refreshed(forward, done))
 
     async def _flight(self, zone: Zone, q: wire.Query, forward: Forward,
                       router: Router) -> tuple[Done, Entry | None]:
@@ -124,7 +124,7 @@ class Resolution:
         self.flights[flight] = future
         try:
             settled = await self._fly(flight, router.route)
-            self.emit(zone.block, q, settled.notes)
+            self.emit(zone, q, settled.notes)
             future.set_result((settled.done, settled.entry))
         except BaseException as err:
             future.set_exception(err)
@@ -187,16 +187,15 @@ class Resolution:
             logs.emit(logs.query_line(q, addr, proto, size, out, seconds, spec.json, upstream))
 
     @staticmethod
-    def emit(block: Block, q: wire.Query, notes: tuple[Note, ...]) -> None:
-        """Write what a decision says to log: process log lines, and `errors` lines when the
-        block has the directive."""
+    def emit(zone: Zone, q: wire.Query, notes: tuple[Note, ...]) -> None:
+        """Write what a decision says to log: process log lines, and `errors` lines where the
+        zone says its block writes them (`Zone.errors`, beside `Zone.log`)."""
         for note in notes:
             if isinstance(note, LogLine):
                 getattr(logs, note.level)(note.text)
-            elif isinstance(note, QueryError) and (errors := block[directives.ERRORS]) is not None:
+            elif isinstance(note, QueryError) and (errors := zone.errors) is not None:
                 name = wire.wire_to_text(q.question[:-4])
-                error_log.write(errors, note.rcode, name, _type_text(q.qtype), note.reason,
-                                block.zones[0])
+                error_log.write(errors, note.rcode, name, _type_text(q.qtype), note.reason, zone.name)
 
     def spawn(self, coro: Coroutine[object, object, None]) -> None:
         spawn_into(self.tasks, coro)
