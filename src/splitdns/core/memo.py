@@ -38,8 +38,23 @@ MEMO_QUERY_BYTES = 512   # longer queries (EDNS options) are answered the ordina
 
 
 class Remembered(Generic[Z]):
-    __slots__ = ("duration", "entry", "held_in", "key", "offsets", "span", "stored", "tail",
-                 "tally", "ttl", "turn", "turn_span", "turns", "zone")
+    __slots__ = (
+        "duration",
+        "entry",
+        "held_in",
+        "key",
+        "offsets",
+        "sized",
+        "span",
+        "stored",
+        "tail",
+        "tally",
+        "ttl",
+        "turn",
+        "turn_span",
+        "turns",
+        "zone",
+    )
 
     def __init__(self, zone: Z, key: bytes, entry: Entry, ttl: int | None, qtype: int,
                  reply: bytes, now: float, held_in: Mapping[bytes, Entry] | None = None,
@@ -66,9 +81,9 @@ class Remembered(Generic[Z]):
         self.turn_span = self.span  # `Memo._next_turn`'s span
         if self.turns is not None:
             self.span = -math.inf  # every use takes `Memo._next_turn`
-        # zone, type, rcode, metrics.hit_shape (the entry's kind, the query's and reply's sizes)
-        self.tally: tuple[Z, int, int, int] = (
-            zone, qtype, self.tail[1] & 0xF, metrics.hit_shape(entry[16], qsize, len(reply)))
+        # zone, type, rcode, a denial entry; and apart, the sizes (metrics.hit_sizes)
+        self.tally: tuple[Z, int, int, int] = (zone, qtype, self.tail[1] & 0xF, 1 if entry[16] else 0)
+        self.sized: tuple[Z, int] = (zone, metrics.hit_sizes(qsize, len(reply)))
 
     def same_ttl_span(self, now: float) -> float:
         """While the entry's age stays below this, `entries.remaining` gives what it gives

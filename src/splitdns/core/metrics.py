@@ -67,11 +67,10 @@ def sized(counts: dict[int, int]) -> tuple[list[tuple[str, float]], float]:
     return out, total
 
 
-def hit_shape(kind: int, qsize: int, rsize: int) -> int:
-    """What a cache hit counts beside zone, type and rcode, packed in one int so the tally a
-    hit leaves stays a short tuple: the entry's kind (0 success, else denial), the query's
-    and the reply's sizes."""
-    return kind | qsize << 2 | rsize << 18
+def hit_sizes(qsize: int, rsize: int) -> int:
+    """A cache hit's query and reply sizes, packed in one int: counted apart from the hit's
+    kind, so that hits of names of many sizes stay few kinds to count per batch."""
+    return qsize | rsize << 16
 
 
 @dataclass
@@ -86,6 +85,7 @@ class ZoneStats:
         default_factory=lambda: defaultdict(lambda: defaultdict(int)))
     response_sizes: defaultdict[str, defaultdict[int, int]] = field(
         default_factory=lambda: defaultdict(lambda: defaultdict(int)))
+    udp_hit_sizes: defaultdict[int, int] = field(default_factory=lambda: defaultdict(int))  # hit_sizes
     cache_hits: int = 0
     denial_hits: int = 0  # of cache_hits, those of a denial (NXDOMAIN, NODATA) or SERVFAIL entry
     failed_fast_tunnel: int = 0  # SERVFAIL at once because the tunnel is down
@@ -113,14 +113,26 @@ class ZoneStats:
         self.responses[(RCODES.get(rcode, "other"), plugin)] += times
         self.durations[label].observe(seconds, times)
 
-    def hits(self, family: str, qtype: int, rcode: int, shape: int, seconds: float, times: int) -> None:
-        """`times` UDP cache hits alike (`hit_shape`), each answered after `seconds`."""
+    def hits(self, family: str, qtype: int, rcode: int, denial: int, seconds: float, times: int) -> None:
+        """`times` UDP cache hits alike (of a denial entry when `denial`), each answered after
+        `seconds`. Their sizes are counted apart, in `udp_hit_sizes`."""
         self.cache_hits += times
-        if shape & 3:
+        if denial:
             self.denial_hits += times
         self.answered_alike("udp", family, qtype, rcode, seconds, times, CACHE)
-        self.request_sizes["udp"][shape >> 2 & 0xFFFF] += times
-        self.response_sizes["udp"][shape >> 18] += times
+
+    def sizes(self) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, int]]]:
+        """Request and response sizes by protocol, the UDP hits' folded in (at scrape time)."""
+        requests = {proto: dict(counts) for proto, counts in self.request_sizes.items()}
+        responses = {proto: dict(counts) for proto, counts in self.response_sizes.items()}
+        udp_requests, udp_responses = requests.setdefault("udp", {}), responses.setdefault("udp", {})
+        for packed, times in self.udp_hit_sizes.items():
+            qsize, rsize = packed & 0xFFFF, packed >> 16
+            udp_requests[qsize] = udp_requests.get(qsize, 0) + times
+            udp_responses[rsize] = udp_responses.get(rsize, 0) + times
+        if not udp_requests:
+            del requests["udp"], responses["udp"]
+        return requests, responses
 
 
 # The tunnel's state as a bounded label: what OpenVPN (or the hook's state file, or another

@@ -78,8 +78,8 @@ class ServerCollector(Collector):
                 responses.add_metric([server, name, "", rcode, plugin], count)
             for qtype, hist in stats.durations.items():
                 durations.add_metric([server, name, "", qtype], hist.buckets(), hist.sum)
-            for sizes, table in ((request_sizes, stats.request_sizes),
-                                  (response_sizes, stats.response_sizes)):
+            request_table, response_table = stats.sizes()
+            for sizes, table in ((request_sizes, request_table), (response_sizes, response_table)):
                 for proto, counts in table.items():
                     buckets, total = sized(counts)
                     sizes.add_metric([server, name, "", proto], buckets, total)

@@ -19,7 +19,7 @@ from splitdns.shell import datagrams
 # reads, or a read that found several, mean they queue: recvmmsg (bench/README.md).
 QUIET_GAP = 100e-6
 
-Tally = tuple[Zone, int, int, int]  # what a hit counts under: zone, query type, rcode, metrics.hit_shape
+Tally = tuple[Zone, int, int, int]  # what a hit counts under: zone, query type, rcode, a denial
 
 
 @dataclass

@@ -26,6 +26,7 @@ from splitdns.shell.misses import Misses
 from splitdns.shell.resolution import Resolution
 
 _TALLY = operator.attrgetter("tally")
+_SIZED = operator.attrgetter("sized")
 
 
 class UdpPath:
@@ -97,7 +98,8 @@ class UdpPath:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
             turns = None
         batch.reply(i, out)
-        hits.append((zone, q.qtype, out[3] & 0xF, metrics.hit_shape(known.entry[16], len(data), len(out))))
+        hits.append((zone, q.qtype, out[3] & 0xF, 1 if known.entry[16] else 0))
+        zone.stats.udp_hit_sizes[metrics.hit_sizes(len(data), len(out))] += 1
         if zone.log is not None:
             self.resolution.log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
         if known.refresh is not None:
@@ -110,8 +112,10 @@ class UdpPath:
     def _count_hits(self, repeats: list[Remembered[Zone]], rendered: list[Tally],
                     listener: Listener, start: float) -> None:
         """After the batch went out: each reply waited from the read to the send. Hits of
-        one kind (zone, type, rcode) are counted at once: a batch is mostly a few hot names,
-        and at a pod's rates a single one (no Counter for it: this delays the next read)."""
+        one kind (zone, type, rcode, denial) are counted at once: a batch is mostly a few hot
+        names, and at a pod's rates a single one (no Counter for it: this delays the next read).
+        Their sizes are counted apart, each a dict increment, so that names of many sizes do
+        not make many kinds."""
         elapsed = self.clock() - start
         family = listener.family
         kinds: Iterable[tuple[Tally, int]]
@@ -121,8 +125,14 @@ class UdpPath:
             hits = Counter(map(_TALLY, repeats))
             hits.update(rendered)
             kinds = hits.items()
-        for (zone, qtype, rcode, shape), times in kinds:
-            zone.stats.hits(family, qtype, rcode, shape, elapsed, times)
+        for (zone, qtype, rcode, denial), times in kinds:
+            zone.stats.hits(family, qtype, rcode, denial, elapsed, times)
+        if len(repeats) == 1:
+            zone, sizes = repeats[0].sized
+            zone.stats.udp_hit_sizes[sizes] += 1
+        elif repeats:
+            for (zone, sizes), times in Counter(map(_SIZED, repeats)).items():
+                zone.stats.udp_hit_sizes[sizes] += times
 
     async def _resolve(self, q: wire.Query, listener: Listener, addr: datagrams.Peer,
                        size: int) -> None:
