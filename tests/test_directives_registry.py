@@ -74,3 +74,28 @@ def test_a_reload_that_changes_a_stored_directive_starts_the_cache_afresh() -> N
         return cache_key(config.loads(text, read_files=False).blocks[0])
     assert key("errors") == key("log")  # not stored: the cache stays
     assert key("") != key("minimal")  # what is stored is minimised: the old entries go
+
+
+def test_a_directive_that_rewrites_replies_needs_only_its_module_and_a_registry_row(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """What adding `minimal` showed, with a directive made up here: a parser and a `Reshape`
+    in one row, and the core keeps every reply of the block rewritten, with no other change."""
+    import dns.message
+
+    from splitdns.directives._reshape import Reshape
+    from tests.support.transcript import Transcript, answering, parse
+
+    def seven(msg: dns.message.Message) -> None:
+        for rrset in msg.answer:
+            rrset.ttl = 7
+
+    made_up = directives.Once("ttl_seven", lambda st: True, step=directives.REPLY_STEP, stored=True,
+                              reshape=Reshape(lambda reply: reply.answer, seven))
+    monkeypatch.setattr(directives, "REGISTRY", (*directives.REGISTRY[:-1], made_up, directives.FORWARD))
+    monkeypatch.setattr(directives, "BY_NAME", {**directives.BY_NAME, "ttl_seven": made_up})
+    with_it = Transcript(". {\n ttl_seven\n forward . 192.0.2.1\n}\n")
+    without = Transcript(". {\n forward . 192.0.2.1\n}\n")
+    q = parse("www.example.org.")
+    reshaped = dns.message.from_wire(with_it.ask(q, answering(ttl=60), 100.0))
+    sixty = dns.message.from_wire(without.ask(q, answering(ttl=60), 100.0))
+    assert [r.ttl for r in reshaped.answer] == [7] and [r.ttl for r in sixty.answer] == [60]

@@ -21,13 +21,13 @@ from splitdns.codec import reply as replies
 from splitdns.codec import wire
 from splitdns.core.exchange import Done, ForwardState
 from splitdns.core.local import Rewritten, revert
-from splitdns.directives import loadbalance
 
 if TYPE_CHECKING:
     import dns.message
     import dns.rrset
 
     from splitdns.codec.entries import Entry
+    from splitdns.directives._reshape import Reshape
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,19 +109,17 @@ def unrewrite(done: Done, rewritten: Rewritten | None) -> Done:
     return Done(reply, done.rcode, done.error, done.ede, done.upstream, done.seconds)
 
 
-def ordered(done: Done) -> Done:
-    """`loadbalance`: the reply with each section in CoreDNS's order, CNAMEs first (glibc's
-    resolver reads a chain only in that order). Rare: most replies already are."""
+def reshaped(done: Done, reshape: Reshape) -> Done:
+    """The reply as a directive of the block rewrites what it keeps (`minimal`, `loadbalance`'s
+    order); the reply as it came when the directive has nothing to do, or when dnspython could
+    not rewrite it (it is still valid)."""
     reply = done.reply
-    if reply is None or not loadbalance.out_of_order(reply.data):
+    if reply is None or not reshape.wanted(reply):
         return done
-
-    def sort(msg: dns.message.Message) -> None:
-        for section in (msg.answer, msg.authority, msg.additional):
-            section.sort(key=lambda rrset: loadbalance.rank(rrset.rdtype))  # stable
-
-    rewritten = replies.rewrite_with_dnspython(reply.data, sort)
-    return done if rewritten is None else Done(rewritten, done.rcode, done.error, done.ede)
+    rewritten = replies.rewrite_with_dnspython(reply.data, reshape.edit)
+    if rewritten is None:
+        return done
+    return Done(rewritten, done.rcode, done.error, done.ede, done.upstream, done.seconds)
 
 
 def scrub(done: Done, zone: object, owner_of: Callable[[bytes], object]) -> Done:

@@ -6,8 +6,9 @@ or on a new one, or refuses it at the pending cap. From there the flight owns th
 or `failed`, counted per upstream and rcode, a failing upstream named for a health probe
 (`unwell`); a reply whose rcode the forward's `next` lists goes on to the next forward that
 covers the name; the outcome is settled (under the client's names, without foreign or
-private records, `minimal` if the block says so, stored) and the flight lands: it leaves
-the zone's table and its counts, so no client joins it any more. A flight that cannot
+private records, rewritten as the block's directives keep replies: `minimal`, `loadbalance`'s
+order; stored) and the flight lands: it leaves the zone's table and its counts, so no client
+joins it any more. A flight that cannot
 settle (our own bug, a server stop) is `abandon`ed, which lands it too: every flight lands
 exactly once.
 
@@ -30,13 +31,13 @@ import dns.rdatatype
 
 from splitdns.codec import reply as replies
 from splitdns.codec import wire
-from splitdns.core.decisions import Forward, LogLine, Note, Settled, ordered, scrub, unrewrite
+from splitdns.core.decisions import Forward, LogLine, Note, Settled, reshaped, scrub, unrewrite
 from splitdns.core.exchange import Done, Exchange, ForwardState, Send, UpstreamState
 from splitdns.core.metrics import RCODES, ZoneStats
-from splitdns.directives import minimal
 
 if TYPE_CHECKING:
     from splitdns.codec.entries import Entry
+    from splitdns.directives._reshape import Reshape
 
 
 class FlightState(enum.IntEnum):
@@ -59,8 +60,7 @@ class FlightZone(Protocol):
     stats: ZoneStats
     pending: int
     flights: dict[bytes, Flight]
-    minimal: bool
-    turn: int | None  # loadbalance: rotations handed out so far; None without it
+    reshapes: tuple[Reshape, ...]
 
     def handed_on(self, fwd: ForwardState, name: bytes, done: Done) -> ForwardState | None: ...
     def without_private(self, done: Done) -> tuple[Done, list[str]]: ...
@@ -170,10 +170,8 @@ class Flight:
         if self.owner_of is not None:
             done = scrub(done, zone, self.owner_of)
         done, removed = zone.without_private(done)
-        if zone.minimal:
-            done = minimized(done)
-        if zone.turn is not None:  # loadbalance: each section in CoreDNS's order
-            done = ordered(done)
+        for reshape in zone.reshapes:  # `minimal`, `loadbalance`'s order: before the cache keeps it
+            done = reshaped(done, reshape)
         notes: tuple[Note, ...] = ()
         if removed:
             q = self.query
@@ -210,15 +208,3 @@ class ProbeFlight(Flight):
 
     def _land(self, state: FlightState) -> None:
         self.state = state
-
-
-def minimized(done: Done) -> Done:
-    """`minimal`: the reply without the sections a positive answer does not need, before the
-    cache stores it (so hits are minimal at no cost, as behind CoreDNS's cache)."""
-    reply = done.reply
-    if reply is None or not minimal.worth_reading(reply.rcode(), len(reply.owners)):
-        return done
-    shorter = replies.rewrite_with_dnspython(reply.data, minimal.minimize)
-    if shorter is None:  # dnspython could not rewrite it: the reply as it came is still valid
-        return done
-    return Done(shorter, done.rcode, done.error, done.ede)

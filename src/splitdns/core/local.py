@@ -27,7 +27,6 @@ from splitdns import directives
 from splitdns.codec import entries, wire
 from splitdns.codec import reply as replies
 from splitdns.directives import hosts as hosts_directive
-from splitdns.directives import minimal
 from splitdns.directives._args import domain_name
 from splitdns.directives.hosts import in_zone
 from splitdns.directives.rewrite import RewriteRule, expand
@@ -76,7 +75,8 @@ class Local:
         self.hosts = hosts_directive.build("", spec.inline, self.hosts_zones) if spec else None
         self.hosts_file_seen: tuple[int, int] | None = None  # (mtime_ns, size) last read
         self.answers: dict[bytes, Entry] = {}
-        self.minimal = block.uses(directives.MINIMAL)
+        self.reshapes = tuple(d.reshape for d in directives.REGISTRY
+                              if d.reshape is not None and block.uses(d))
 
     def load_hosts(self, text: str, seen: tuple[int, int] | None) -> None:
         """A new hosts file (read by the shell): the answers made from the old one go."""
@@ -178,8 +178,8 @@ class Local:
         else:
             if applied:
                 revert_message(made, original, applied)
-            if self.minimal:
-                minimal.minimize(made)
+            for reshape in self.reshapes:  # as the block's upstream replies are (flight.py)
+                reshape.edit(made)
             reply = replies.read_canonical(made.to_wire(want_shuffle=False))  # hosts order, as written
             if reply is None:  # dnspython wrote what our reader refuses: say so, do not guess
                 return self._keep(q, SERVFAIL, original, ())

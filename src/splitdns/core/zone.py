@@ -84,7 +84,9 @@ class Zone:
         self.private = PrivateFilter(spec) if spec is not None else None
         self.local = Local(block) if steps_of(block) else None  # rewrite, template, hosts
         self.turn: int | None = 0 if block.uses(directives.LOADBALANCE) else None  # rotations so far
-        self.minimal = block.uses(directives.MINIMAL)
+        # How each reply the block keeps is rewritten (`minimal`, `loadbalance`'s order).
+        self.reshapes = tuple(d.reshape for d in directives.REGISTRY
+                              if d.reshape is not None and block.uses(d))
         self.steps = steps_for(self)
         self.prefetching = bool(cache is not None and cache.spec.prefetch_amount)
         # The one place that says when the memo may send an answer again without asking the

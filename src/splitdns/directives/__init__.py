@@ -33,6 +33,7 @@ from splitdns.directives import (
     template,
     wireguard,
 )
+from splitdns.directives._reshape import Reshape
 
 S = TypeVar("S", covariant=True)
 
@@ -55,6 +56,7 @@ class Directive(Generic[S]):
     parse: Callable[[corefile.Statement], S]
     step: str | None = None
     stored: bool = False
+    reshape: Reshape | None = None  # how it rewrites each reply the block keeps
     coredns: bool = True  # CoreDNS has a plugin of this name (check --resolver coredns accepts it)
 
 
@@ -74,10 +76,10 @@ HEALTH = Once("health", operations.parse_health)
 PROMETHEUS = Once("prometheus", operations.parse_prometheus)
 ERRORS = Once("errors", logging.parse_errors)
 LOG = Once("log", logging.parse_log)
-LOADBALANCE = Once("loadbalance", loadbalance.parse, step=REPLY_STEP)
+LOADBALANCE = Once("loadbalance", loadbalance.parse, step=REPLY_STEP, reshape=loadbalance.RESHAPE)
 CACHE = Once("cache", cache.parse, step=CACHE_STEP, stored=True)
 REWRITE = Repeated("rewrite", rewrite.parse, step=LOCAL_STEP, stored=True)
-MINIMAL = Once("minimal", minimal.parse, step=REPLY_STEP, stored=True)
+MINIMAL = Once("minimal", minimal.parse, step=REPLY_STEP, stored=True, reshape=minimal.RESHAPE)
 TEMPLATE = Repeated("template", template.parse, step=LOCAL_STEP)
 HOSTS = Once("hosts", hosts.parse, step=LOCAL_STEP)
 LOOP = Once("loop", operations.parse_loop, step=LOOP_STEP)

@@ -21,11 +21,16 @@ only in that order): `out_of_order` finds the rare reply that needs it, on its b
 from __future__ import annotations
 
 import struct
+from typing import TYPE_CHECKING
 
 from splitdns.codec import wire
 from splitdns.corefile import Statement
 from splitdns.directives import _args
+from splitdns.directives._reshape import Reshape
 from splitdns.errors import ConfigError
+
+if TYPE_CHECKING:
+    import dns.message
 
 USAGE = "loadbalance [round_robin]"
 MAX_ROTATIONS = 16  # a longer run still rotates its first 16 places; memory per hot answer stays bounded
@@ -47,6 +52,13 @@ def parse(st: Statement) -> bool:
     if st.args and st.args[0] != "round_robin":
         raise ConfigError(st.where, f"loadbalance: unknown policy {st.args[0]!r}; usage: {USAGE}")
     return True
+
+
+def in_order(msg: dns.message.Message) -> None:
+    """Each section in CoreDNS's order, CNAMEs first (glibc's resolver reads a chain only in
+    that order); the sort is stable."""
+    for section in (msg.answer, msg.authority, msg.additional):
+        section.sort(key=lambda rrset: rank(rrset.rdtype))
 
 
 def rank(rtype: int) -> int:
@@ -144,3 +156,7 @@ def _runs(reply: bytes) -> list[tuple[int, int, int, int]]:
         return runs
     except (IndexError, struct.error):
         return []
+
+
+# Replies are kept in CoreDNS's order (rare: most already are); the rotation is per send.
+RESHAPE = Reshape(lambda reply: out_of_order(reply.data), in_order)

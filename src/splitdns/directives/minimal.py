@@ -11,9 +11,9 @@ in the authority) and an error keep every section, since a client needs them the
 record stays. Useful over a thin tunnel: a corporate server that adds its NS records and their
 addresses to every answer makes each reply several times larger than the answer itself.
 
-The block's answers are minimised where they are made (an upstream's reply before the cache
-stores it, a `template` or `hosts` answer before it is kept), so a cache hit costs nothing
-more. No sockets, no clock.
+The block's answers are minimised where they are kept (`RESHAPE`: an upstream's reply before
+the cache stores it, a `template` or `hosts` answer before it is kept), so a cache hit costs
+nothing more. No sockets, no clock.
 """
 
 from __future__ import annotations
@@ -22,9 +22,12 @@ from typing import TYPE_CHECKING
 
 from splitdns.corefile import Statement
 from splitdns.directives import _args
+from splitdns.directives._reshape import Reshape
 
 if TYPE_CHECKING:
     import dns.message
+
+    from splitdns.codec.reply import Reply
 
 USAGE = "minimal"
 NOERROR = 0
@@ -37,11 +40,10 @@ def parse(st: Statement) -> bool:
     return True
 
 
-def worth_reading(rcode: int, extra_owners: int) -> bool:
+def worth_reading(reply: Reply) -> bool:
     """Whether a reply may lose sections, from what the reader already knows: NOERROR with
-    some record other than OPT in its authority or additional section. Only then is it read
-    in full by dnspython."""
-    return rcode == NOERROR and extra_owners > 0
+    some record other than OPT in its authority or additional section."""
+    return reply.rcode() == NOERROR and bool(reply.owners)
 
 
 def minimize(msg: dns.message.Message) -> None:
@@ -53,3 +55,6 @@ def minimize(msg: dns.message.Message) -> None:
         return  # NODATA (SOA) or a referral (NS): the client needs the authority
     msg.authority = []
     msg.additional = []  # dnspython keeps the OPT record apart: EDNS stays
+
+
+RESHAPE = Reshape(worth_reading, minimize)
