@@ -18,6 +18,23 @@ WIREGUARD_PACKAGES := wireguard-go wireguard-tools
 # (buildah, fuse-overlayfs, slirp4netns, ...) are not used.
 IMAGE_PACKAGES := podman runc mmdebstrap
 
+# $(call apt_missing,PACKAGES[,APT OPTIONS]): installs those of PACKAGES not installed yet, so a
+# machine that has everything makes no network call; a policy-rc.d keeps Debian from starting the
+# servers it installs (the tests and benchmarks run their own copies on loopback).
+define apt_missing
+	@missing=""; for p in $(1); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
+			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && guard=1; \
+		fi; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2) $$missing >/dev/null; \
+		rc=$$?; if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; [ $$rc -eq 0 ]; \
+	fi
+endef
+
 .PHONY: run test test-fast test-e2e test-hostile venv deps-debian deps-image lint typecheck pytest lab-up lab-down lab-status clean
 
 run: $(VENV)/.run-installed
@@ -43,27 +60,9 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install --progress-bar on -e '.[test,webhook,bench,top]'
 	touch $@ $(VENV)/.run-installed $(VENV)/.bench-installed
 
-# Installs only what is missing, so a machine that has everything makes no network call.
 deps-debian:
-	@missing=""; for p in $(DEBIAN_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing Debian packages:$$missing"; \
-		guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
-			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && guard=1; \
-		fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-		rc=$$?; if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; [ $$rc -eq 0 ]; \
-	fi
-	@missing=""; for p in $(WIREGUARD_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing Debian packages:$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			$$missing >/dev/null; \
-	fi
+	$(call apt_missing,$(DEBIAN_PACKAGES))
+	$(call apt_missing,$(WIREGUARD_PACKAGES),--no-install-recommends)
 	@# A kubectl on PATH for the kubectl-plugin test: Debian's kubernetes-client (1.20), unless one is
 	@# there. (The kustomize Component test needs kubectl >= 1.21: the venv's, from the test extra.)
 	@command -v kubectl >/dev/null 2>&1 || { echo "installing Debian packages: kubernetes-client"; \
@@ -73,14 +72,7 @@ deps-debian:
 	@for s in nsd unbound prometheus prometheus-node-exporter; do systemctl stop $$s >/dev/null 2>&1 || true; done
 
 deps-image:
-	@missing=""; for p in $(IMAGE_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing Debian packages:$$missing"; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-			$$missing >/dev/null; \
-	fi
+	$(call apt_missing,$(IMAGE_PACKAGES),--no-install-recommends)
 
 lint: venv
 	$(BIN)/ruff check src tests bench tools
@@ -152,17 +144,5 @@ $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,webhook,bench,top]'
 	touch $@
 
-# Installs what is missing; a policy-rc.d keeps Debian from starting the servers it installs
-# (the benchmark runs its own copies in a network namespace).
 deps-bench:
-	@missing=""; for p in $(BENCH_PACKAGES); do \
-		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; \
-	done; \
-	if [ -n "$$missing" ]; then \
-		echo "installing Debian packages:$$missing"; \
-		guard=""; if [ ! -e /usr/sbin/policy-rc.d ]; then \
-			printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d && guard=1; \
-		fi; \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-		rc=$$?; if [ -n "$$guard" ]; then rm -f /usr/sbin/policy-rc.d; fi; exit $$rc; \
-	fi
+	$(call apt_missing,$(BENCH_PACKAGES))

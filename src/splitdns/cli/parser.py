@@ -149,14 +149,7 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
                         "run time. Repeat for each zone.")
     p.add_argument("--corefile", metavar="FILE", help="Take zones and upstreams from an existing Corefile "
                    "(or the ConfigMap YAML that holds one).")
-    cluster = p.add_mutually_exclusive_group()
-    cluster.add_argument("--cluster-dns", metavar="IP",
-                         help="The cluster DNS address (kubectl -n kube-system get svc kube-dns).")
-    cluster.add_argument("--cluster-dns-from-cluster", action="store_true", dest="from_cluster",
-                         help="Read it from the kube-dns Service in kube-system, through --kubeconfig, "
-                              "in-cluster credentials, $KUBECONFIG or ~/.kube/config.")
-    p.add_argument("--kubeconfig", metavar="FILE", help="The kubeconfig to read the cluster DNS with.")
-    p.add_argument("--context", help="The kubeconfig context (default: the current one).")
+    _add_cluster_dns(p)
     p.add_argument("--probe", action="append", default=[], dest="probes", metavar="ZONE=NAME",
                    help="The name the readiness of ZONE asks (default: the zone's apex; "
                         "kubernetes.default.svc.CLUSTER_DOMAIN for the cluster zone).")
@@ -283,6 +276,18 @@ def _add_verify(commands: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("--emit-observation", action="store_true", dest="emit", help=argparse.SUPPRESS)
 
 
+def _add_cluster_dns(p: argparse.ArgumentParser) -> None:
+    """The cluster DNS address, given or read from the cluster (render, inject)."""
+    cluster = p.add_mutually_exclusive_group()
+    cluster.add_argument("--cluster-dns", metavar="IP",
+                         help="The cluster DNS address (kubectl -n kube-system get svc kube-dns).")
+    cluster.add_argument("--cluster-dns-from-cluster", action="store_true", dest="from_cluster",
+                         help="Read it from the kube-dns Service in kube-system, through --kubeconfig, "
+                              "in-cluster credentials, $KUBECONFIG or ~/.kube/config.")
+    p.add_argument("--kubeconfig", metavar="FILE", help="The kubeconfig to read the cluster DNS with.")
+    p.add_argument("--context", help="The kubeconfig context (default: the current one).")
+
+
 def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
     """The settings an injection carries: zones, cluster DNS, search list, image, sidecar kind.
     `corefile` False for the webhook: its image cannot read YAML, and its zones come spelled out."""
@@ -294,14 +299,7 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
         p.add_argument("--corefile", metavar="FILE",
                        help="Take zones and upstreams from an existing Corefile.")
     if corefile:  # inject: where render runs, with a kubeconfig at hand
-        cluster = p.add_mutually_exclusive_group()
-        cluster.add_argument("--cluster-dns", metavar="IP",
-                             help="The cluster DNS address (kubectl -n kube-system get svc kube-dns).")
-        cluster.add_argument("--cluster-dns-from-cluster", action="store_true", dest="from_cluster",
-                             help="Read it from the kube-dns Service in kube-system, through --kubeconfig, "
-                                  "in-cluster credentials, $KUBECONFIG or ~/.kube/config.")
-        p.add_argument("--kubeconfig", metavar="FILE", help="The kubeconfig to read the cluster DNS with.")
-        p.add_argument("--context", help="The kubeconfig context (default: the current one).")
+        _add_cluster_dns(p)
     else:  # the webhook: its image has no Kubernetes client, and render spells the address out
         p.add_argument("--cluster-dns", metavar="IP",
                        help="The cluster DNS address (kubectl -n kube-system get svc kube-dns).")
