@@ -44,7 +44,7 @@ class Remembered(Generic[Z]):
         "held_in",
         "key",
         "offsets",
-        "sized",
+        "sizes",
         "span",
         "stored",
         "tail",
@@ -83,7 +83,7 @@ class Remembered(Generic[Z]):
             self.span = -math.inf  # every use takes `Memo._next_turn`
         # zone, type, rcode, a denial entry; and apart, the sizes (metrics.hit_sizes)
         self.tally: tuple[Z, int, int, int] = (zone, qtype, self.tail[1] & 0xF, 1 if entry[16] else 0)
-        self.sized: tuple[Z, int] = (zone, metrics.hit_sizes(qsize, len(reply)))
+        self.sizes = metrics.hit_sizes(qsize, len(reply))
 
     def same_ttl_span(self, now: float) -> float:
         """While the entry's age stays below this, `entries.remaining` gives what it gives

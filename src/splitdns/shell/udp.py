@@ -26,7 +26,6 @@ from splitdns.shell.misses import Misses
 from splitdns.shell.resolution import Resolution
 
 _TALLY = operator.attrgetter("tally")
-_SIZED = operator.attrgetter("sized")
 
 
 class UdpPath:
@@ -114,7 +113,7 @@ class UdpPath:
         """After the batch went out: each reply waited from the read to the send. Hits of
         one kind (zone, type, rcode, denial) are counted at once: a batch is mostly a few hot
         names, and at a pod's rates a single one (no Counter for it: this delays the next read).
-        Their sizes are counted apart, each a dict increment, so that names of many sizes do
+        Their sizes are counted apart, a dict increment each, so that names of many sizes do
         not make many kinds."""
         elapsed = self.clock() - start
         family = listener.family
@@ -127,12 +126,8 @@ class UdpPath:
             kinds = hits.items()
         for (zone, qtype, rcode, denial), times in kinds:
             zone.stats.hits(family, qtype, rcode, denial, elapsed, times)
-        if len(repeats) == 1:
-            zone, sizes = repeats[0].sized
-            zone.stats.udp_hit_sizes[sizes] += 1
-        elif repeats:
-            for (zone, sizes), times in Counter(map(_SIZED, repeats)).items():
-                zone.stats.udp_hit_sizes[sizes] += times
+        for seen in repeats:  # a dict increment each: cheaper than a Counter of (zone, sizes)
+            seen.zone.stats.udp_hit_sizes[seen.sizes] += 1
 
     async def _resolve(self, q: wire.Query, listener: Listener, addr: datagrams.Peer,
                        size: int) -> None:
