@@ -38,23 +38,8 @@ MEMO_QUERY_BYTES = 512   # longer queries (EDNS options) are answered the ordina
 
 
 class Remembered(Generic[Z]):
-    __slots__ = (
-        "duration",
-        "entry",
-        "held_in",
-        "key",
-        "offsets",
-        "sizes",
-        "span",
-        "stored",
-        "tail",
-        "tally",
-        "ttl",
-        "turn",
-        "turn_span",
-        "turns",
-        "zone",
-    )
+    __slots__ = ("duration", "entry", "held_in", "key", "offsets", "sizes", "span", "stored",
+                 "tail", "tally", "ttl", "turn", "turn_span", "turns", "zone")
 
     def __init__(self, zone: Z, key: bytes, entry: Entry, ttl: int | None, qtype: int,
                  reply: bytes, now: float, held_in: Mapping[bytes, Entry] | None = None,
