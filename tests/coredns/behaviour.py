@@ -26,7 +26,7 @@ import dns.rdatatype
 import dns.rrset
 
 from splitdns.core.cache import Cache
-from tests.coredns import cases
+from tests.coredns import behaviour_hosts, cases
 from tests.support.inprocess import FakeUpstream, serving
 
 # Rows CoreDNS's cache test judges at this instant (TestCacheInsertion's `now`), for RRSIG times.
@@ -53,6 +53,7 @@ NOT_PORTED = {
     ("plugin/rewrite/rewrite_test.go", "TestRewriteEDNS0Revert"): "`rewrite edns0`, which we refuse",
     ("plugin/rewrite/rewrite_test.go", "TestRewriteEDNS0Local"): "`rewrite edns0`, which we refuse",
     ("plugin/rewrite/rewrite_test.go", "TestRewriteEDNS0Subnet"): "`rewrite edns0`, which we refuse",
+    **behaviour_hosts.NOT_PORTED,
 }
 NOT_PORTED_ROWS_NOTE = "rows with noRevert set: a Go-only switch of the reverter, with no Corefile form"
 
@@ -366,6 +367,8 @@ def _build() -> tuple[BehaviourCase, ...]:
         ident = f"{path}:{table}#{row['row']}"
         if (path, table) in NOT_PORTED:
             continue
+        if table in behaviour_hosts.TABLES:
+            out.append(BehaviourCase(ident, "hosts", behaviour_hosts.TABLES[table](row)))
         if table == "TestCacheInsertion":
             out.append(BehaviourCase(ident, "cache", _cache_case(row)))
         elif table == "TestFallthroughUnsupportedType":
