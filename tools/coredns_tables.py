@@ -41,13 +41,14 @@ FILES = (
 BEHAVIOUR = (
     "plugin/cache/cache_test.go", "plugin/loadbalance/loadbalance_test.go",
     "plugin/rewrite/reverter_test.go", "plugin/hosts/hosts_test.go", "plugin/rewrite/rewrite_test.go",
-    "plugin/hosts/hostsfile_test.go", "plugin/hosts/wildcard_test.go",
+    "plugin/hosts/hostsfile_test.go", "plugin/hosts/wildcard_test.go", "plugin/cache/dnssec_test.go",
 )
 # Tables of a named Go type rather than an inline struct (`[]TYPE{...}`), with its field names;
 # test.Case rows name their fields, so they need none. Taken only in the files listed here.
 TYPED = {
     "plugin/hosts/hosts_test.go": {"test.Case": ()},
     "plugin/hosts/wildcard_test.go": {"staticHostEntry": ("in", "v4", "v6")},
+    "plugin/cache/dnssec_test.go": {"test.Case": ()},
 }
 # Constants the behaviour tables read (a hosts file's text)
 CONSTANTS = (("plugin/hosts/hosts_test.go", "hostsExample"), ("plugin/hosts/wildcard_test.go", "hosts"),
@@ -139,13 +140,16 @@ def tables(path: Path, rel: str) -> list[dict[str, Any]]:
     toks = tokens(text)
     rows: list[dict[str, Any]] = []
     function = ""
+    depth = 0  # of braces: a `var` at 0 is package-level
     i = 0
     while i < len(toks):
         word = toks[i][1]
+        if toks[i][0] == "punct" and word in "{}":
+            depth += 1 if word == "{" else -1
         if word == "func" and i + 1 < len(toks):
             function = toks[i + 1][1]
         table = function
-        if i >= 3 and toks[i - 1][1] == "=" and toks[i - 3][1] == "var":
+        if depth == 0 and i >= 3 and toks[i - 1][1] == "=" and toks[i - 3][1] == "var":
             table = toks[i - 2][1]  # a package-level table, named by its variable
         typed = (TYPED.get(rel, {}).get(toks[i + 2][1])
                  if word == "[" and i + 3 < len(toks) and toks[i + 1][1] == "]" else None)
