@@ -26,7 +26,7 @@ import dns.rdatatype
 import dns.rrset
 
 from splitdns.core.cache import Cache
-from tests.coredns import behaviour_cache, behaviour_hosts, cases
+from tests.coredns import behaviour_cache, behaviour_hosts, behaviour_rewrite, cases
 from tests.support.inprocess import FakeUpstream, serving
 
 # Rows CoreDNS's cache test judges at this instant (TestCacheInsertion's `now`), for RRSIG times.
@@ -55,6 +55,7 @@ NOT_PORTED = {
     ("plugin/rewrite/rewrite_test.go", "TestRewriteEDNS0Subnet"): "`rewrite edns0`, which we refuse",
     **behaviour_hosts.NOT_PORTED,
     **behaviour_cache.NOT_PORTED,
+    **behaviour_rewrite.NOT_PORTED,
 }
 NOT_PORTED_ROWS_NOTE = "rows with noRevert set: a Go-only switch of the reverter, with no Corefile form"
 
@@ -372,7 +373,9 @@ def _build() -> tuple[BehaviourCase, ...]:
         ident = f"{path}:{table}#{row['row']}"
         if (path, table) in NOT_PORTED:
             continue
-        if table in behaviour_hosts.TABLES:
+        if table in behaviour_rewrite.CHECKS:
+            out.append(BehaviourCase(ident, "rewrite", behaviour_rewrite.name_case(row)))
+        elif table in behaviour_hosts.TABLES:
             out.append(BehaviourCase(ident, "hosts", behaviour_hosts.TABLES[table](row)))
         if table == "TestCacheInsertion":
             out.append(BehaviourCase(ident, "cache", _cache_case(row)))
