@@ -43,7 +43,7 @@ BEHAVIOUR = (
     "plugin/cache/cache_test.go", "plugin/loadbalance/loadbalance_test.go",
     "plugin/rewrite/reverter_test.go", "plugin/hosts/hosts_test.go", "plugin/rewrite/rewrite_test.go",
     "plugin/hosts/hostsfile_test.go", "plugin/hosts/wildcard_test.go", "plugin/cache/dnssec_test.go",
-    "plugin/rewrite/name_test.go",
+    "plugin/rewrite/name_test.go", "plugin/log/log_test.go",
 )
 # Tables of a named Go type rather than an inline struct (`[]TYPE{...}`), with its field names;
 # test.Case rows name their fields, so they need none. Taken only in the files listed here.

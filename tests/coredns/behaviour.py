@@ -26,7 +26,7 @@ import dns.rdatatype
 import dns.rrset
 
 from splitdns.core.cache import Cache
-from tests.coredns import behaviour_cache, behaviour_hosts, behaviour_rewrite, cases
+from tests.coredns import behaviour_cache, behaviour_hosts, behaviour_log, behaviour_rewrite, cases
 from tests.support.inprocess import FakeUpstream, serving
 
 # Rows CoreDNS's cache test judges at this instant (TestCacheInsertion's `now`), for RRSIG times.
@@ -368,6 +368,7 @@ def _build() -> tuple[BehaviourCase, ...]:
     out = [BehaviourCase(ident, "cache", run) for ident, run in behaviour_cache.scenarios()]
     dnssec = [r for r in cases.tables()["behaviour"] if r["test"] == "TestResponseWithDNSSEC"]
     out += [BehaviourCase(ident, "cache", run) for ident, run in behaviour_cache.dnssec_table(dnssec)]
+    out += [BehaviourCase(ident, "log", run) for ident, run in behaviour_log.scenarios()]
     for row in cases.tables()["behaviour"]:
         path, table = row["file"], row["test"]
         ident = f"{path}:{table}#{row['row']}"
@@ -375,6 +376,8 @@ def _build() -> tuple[BehaviourCase, ...]:
             continue
         if table in behaviour_rewrite.CHECKS:
             out.append(BehaviourCase(ident, "rewrite", behaviour_rewrite.name_case(row)))
+        elif table in behaviour_log.TABLES:
+            out.append(BehaviourCase(ident, "log", behaviour_log.TABLES[table](row)))
         elif table in behaviour_hosts.TABLES:
             out.append(BehaviourCase(ident, "hosts", behaviour_hosts.TABLES[table](row)))
         if table == "TestCacheInsertion":
