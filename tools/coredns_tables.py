@@ -55,7 +55,8 @@ TYPED = {
 # Constants the behaviour tables read (a hosts file's text)
 CONSTANTS = (("plugin/hosts/hosts_test.go", "hostsExample"), ("plugin/hosts/wildcard_test.go", "hosts"),
              *(("plugin/hosts/hostsfile_test.go", name) for name in
-               ("hosts", "singlelinehosts", "ipv4hosts", "ipv6hosts", "casehosts")))
+               ("hosts", "singlelinehosts", "ipv4hosts", "ipv6hosts", "casehosts")),
+             ("plugin/template/template_test.go", "multisectionConfig"))
 
 _TOKEN = re.compile(r"""
     (?P<space>\s+|//[^\n]*|/\*.*?\*/)
@@ -202,8 +203,8 @@ def _rows(root: Path, names: tuple[str, ...]) -> list[dict[str, Any]]:
 
 
 def _constant(path: Path, name: str) -> str:
-    # a top-level or local `const NAME = `...``, or NAME in a `var (...)` block
-    found = re.search(rf"^\s*(?:const |var )?{name}\s*= `([^`]*)`", path.read_text(), re.MULTILINE)
+    # a top-level or local `const NAME = `...``, NAME in a `var (...)` block, or `NAME := `...``
+    found = re.search(rf"^\s*(?:const |var )?{name}\s*:?= `([^`]*)`", path.read_text(), re.MULTILINE)
     if found is None:
         raise ValueError(f"no constant {name} in {path}")
     return found.group(1)

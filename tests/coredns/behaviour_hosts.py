@@ -1,7 +1,7 @@
-"""CoreDNS's hosts lookup tables (hosts_test.go's hostsTestCases, read by TestLookupA;
-hostsfile_test.go's lookupStaticHostTests and lookupStaticAddrTests; wildcard_test.go's
-TestLookupWildcardHost), each row served by the in-process server from the Go test's hosts
-text written to a file.
+"""CoreDNS's hosts tables: TestFallthroughUnsupportedType, and the lookup tables
+(hosts_test.go's hostsTestCases, read by TestLookupA; hostsfile_test.go's
+lookupStaticHostTests and lookupStaticAddrTests; wildcard_test.go's TestLookupWildcardHost),
+each row served by the in-process server from the Go test's hosts text written to a file.
 
 The Go tests call the hosts file's lookups (LookupStaticHostV4, ...) directly; here the same
 lookups are DNS questions: A and AAAA for a name (as given, lower and upper case, as
@@ -18,6 +18,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+import dns.flags
 import dns.message
 import dns.name
 import dns.rcode
@@ -158,6 +159,38 @@ def static_addr_table(row: dict[str, Any]) -> Run:
                 if got != want:
                     return False, f"{ip}: PTR {got}; CoreDNS: {want}"
         return True, f"{len(entries)} addresses as CoreDNS answers them"
+    return run
+
+
+# --- hosts: TestFallthroughUnsupportedType -------------------------------------------------
+
+def fallthrough_case(row: dict[str, Any]) -> Run:
+    zones = _strings(row["fall"])  # fall.Root: every zone; fall.F{Zones: [...]}: those
+    options = "fallthrough " + " ".join(zones)
+    if row.get("unsupported"):
+        options += "\n        fallthrough_unsupported"
+    expect_fall = bool(row.get("expectFallthrough"))
+    text = cases.tables()["constants"]["plugin/hosts/hosts_test.go:hostsExample"]
+
+    def refuse(q: dns.message.Message) -> dns.message.Message:  # the Go test's next plugin
+        r = dns.message.make_response(q)
+        r.set_rcode(dns.rcode.REFUSED)
+        return r
+
+    async def run() -> tuple[bool, str]:
+        with tempfile.TemporaryDirectory() as directory:
+            hosts = Path(directory) / "hosts"
+            hosts.write_text(text)
+            corefile = ". {\n    hosts " + str(hosts) + " {\n        " + options + "\n    }\n    forward . "
+            async with FakeUpstream(refuse) as up, serving(corefile + up.target + "\n}\n") as s:
+                reply = await s.ask(dns.message.make_query(row["qname"], "TXT"))
+        if reply is None:
+            return False, "no reply"
+        fell = reply.rcode() == dns.rcode.REFUSED and len(up.asked) == 1
+        nodata = (reply.rcode() == dns.rcode.NOERROR and not reply.answer
+                  and bool(reply.flags & dns.flags.AA) and not up.asked)
+        said = f"rcode {dns.rcode.to_text(reply.rcode())}, upstream asked {len(up.asked)}"
+        return (fell if expect_fall else nodata), said
     return run
 
 
