@@ -73,12 +73,6 @@ EXPECT.update({f"plugin/rewrite/rewrite_test.go:TestRewrite#{n}": _REWRITE_FIELD
 
 # Open differences: each entry goes when its fix lands (the test then says so).
 _GAP_GROUPS: dict[str, tuple[str, ...]] = {
-    "the AD bit: upstreams are not asked with AD set, so an authenticated answer comes back "
-    "without it, and a cached answer does not give AD to a client that asks with AD "
-    "(RFC 6840 5.7, 5.8); CoreDNS asks with AD and sets AD per client": (
-        "plugin/cache/ad_bit_test.go:TestCacheADBitNotPartitioned#0 (noad_then_ad)",
-        "plugin/cache/ad_bit_test.go:TestCacheADBitNotPartitioned#1 (ad_then_noad)",
-    ),
 }
 GAPS = {ident: f"gap: {why}" for why, idents in _GAP_GROUPS.items() for ident in idents}
 EXPECT.update(GAPS)
