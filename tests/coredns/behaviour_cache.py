@@ -18,15 +18,13 @@ import dns.rdataclass
 import dns.rdatatype
 import dns.rrset
 
-from tests.support.inprocess import FakeUpstream, serving
+from tests.support.inprocess import FakeClock, FakeUpstream, serving
 
 Run = Callable[[], Awaitable[tuple[bool, str]]]
 COREFILE = ". {{\n    cache\n    forward . {target}\n}}\n"
 SHORT_WAIT = ". {{\n    cache\n    forward . {target} {{\n        read_timeout 100ms\n    }}\n}}\n"
 
 NOT_PORTED = {
-    ("plugin/cache/ad_bit_test.go", "TestCacheADBitStaleVerify"):
-        "moves the cache's Go clock past the TTL to a stale verify; not ported yet",
     ("plugin/cache/ad_bit_test.go", "TestCacheADBitPrefetchRequestsAD"):
         "a prefetch the Go clock starts; not ported yet",
 }
@@ -111,6 +109,34 @@ def _ad_bit(first_ad: bool) -> Run:
     return run
 
 
+def _ad_stale_verify() -> Run:
+    """TestCacheADBitStaleVerify: `serve_stale 1h verify`; the clock moves 2 minutes past a
+    60 s answer, and a client asking with AD gets a verified answer with AD."""
+    corefile = ". {{\n    cache {{\n        serve_stale 1h verify\n    }}\n    forward . {target}\n}}\n"
+
+    def handle(q: dns.message.Message) -> dns.message.Message:  # adBitHandler
+        r = dns.message.make_response(q)
+        do = bool(q.ednsflags & dns.flags.DO)
+        r.flags = (r.flags | dns.flags.AD) if (q.flags & dns.flags.AD or do) else (r.flags & ~dns.flags.AD)
+        r.answer = [dns.rrset.from_text("invent.example.org.", 60, "IN", "A", "192.0.2.1")]
+        return r
+
+    async def run() -> tuple[bool, str]:
+        clock = FakeClock()
+        async with FakeUpstream(handle) as up, serving(corefile.format(target=up.target), clock=clock) as s:
+            q = dns.message.make_query("invent.example.org.", "A")
+            q.flags &= ~dns.flags.AD
+            await s.ask(q)
+            clock.advance(120)
+            ad = dns.message.make_query("invent.example.org.", "A")
+            ad.flags |= dns.flags.AD
+            reply = await s.ask(ad)
+        asked_ad = [bool(a.message.flags & dns.flags.AD) for a in up.asked]
+        got = reply is not None and bool(reply.flags & dns.flags.AD)
+        return asked_ad == [True, True] and got, f"upstream asked with AD {asked_ad}, reply AD {got}"
+    return run
+
+
 # --- dnssec_test.go: TestResponseWithDNSSEC ------------------------------------------------
 
 def _dnssec(rows: list[dict[str, Any]], order: list[int], upto: int) -> Run:
@@ -158,6 +184,7 @@ def scenarios() -> list[tuple[str, Run]]:
          _not_cached("example.net.", "A", "example.net.", "A", "example.org. A 127.0.0.53", False)),
         (f"{ad_bit}#0 (noad_then_ad)", _ad_bit(False)),
         (f"{ad_bit}#1 (ad_then_noad)", _ad_bit(True)),
+        ("plugin/cache/ad_bit_test.go:TestCacheADBitStaleVerify#0", _ad_stale_verify()),
     ]
 
 
