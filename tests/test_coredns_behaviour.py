@@ -1,7 +1,7 @@
 """CoreDNS's own behaviour tables (tests/coredns/behaviour.py: the cache's insertion table, the
-load balancer's order, the rewrite reverter's tables), each row served by the in-process server
-with a fake upstream that answers what the Go test fed the plugin. A row passes or carries the
-verdict tests/coredns/expect.py gives it, with the README's reason.
+load balancer's order, the rewrite reverter's tables, the hosts lookups), each row served by the
+in-process server with a fake upstream that answers what the Go test fed the plugin. A row passes
+or carries the verdict tests/coredns/expect.py gives it, with the README's reason.
 """
 
 from __future__ import annotations

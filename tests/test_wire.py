@@ -275,4 +275,5 @@ def test_our_own_queries_are_the_ones_dnspython_makes(name: str, rd: bool, qid: 
     assert wire.upstream_query(own, qid, health_probe=True) == expected.to_wire()
     expected = dns.message.make_query(name.lower(), "NS", use_edns=0, payload=wire.EDNS_PAYLOAD)
     expected.id = qid
+    expected.flags |= dns.flags.AD  # asked of every upstream (RFC 6840 5.7), as CoreDNS's cache does
     assert wire.upstream_query(wire.question_query(own.name, own.qtype), qid) == expected.to_wire()

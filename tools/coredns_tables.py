@@ -26,6 +26,7 @@ FILES = (
     "plugin/hosts/setup_test.go",
     "plugin/template/setup_test.go",
     "plugin/rewrite/setup_test.go", "plugin/rewrite/rewrite_test.go:TestNewRule",
+    "plugin/rewrite/name_test.go:TestNewNameRule",
     "plugin/loadbalance/setup_test.go",
     "plugin/errors/setup_test.go",
     "plugin/log/setup_test.go",
@@ -41,9 +42,21 @@ FILES = (
 BEHAVIOUR = (
     "plugin/cache/cache_test.go", "plugin/loadbalance/loadbalance_test.go",
     "plugin/rewrite/reverter_test.go", "plugin/hosts/hosts_test.go", "plugin/rewrite/rewrite_test.go",
+    "plugin/hosts/hostsfile_test.go", "plugin/hosts/wildcard_test.go", "plugin/cache/dnssec_test.go",
+    "plugin/rewrite/name_test.go", "plugin/log/log_test.go",
 )
+# Tables of a named Go type rather than an inline struct (`[]TYPE{...}`), with its field names;
+# test.Case rows name their fields, so they need none. Taken only in the files listed here.
+TYPED = {
+    "plugin/hosts/hosts_test.go": {"test.Case": ()},
+    "plugin/hosts/wildcard_test.go": {"staticHostEntry": ("in", "v4", "v6")},
+    "plugin/cache/dnssec_test.go": {"test.Case": ()},
+}
 # Constants the behaviour tables read (a hosts file's text)
-CONSTANTS = (("plugin/hosts/hosts_test.go", "hostsExample"),)
+CONSTANTS = (("plugin/hosts/hosts_test.go", "hostsExample"), ("plugin/hosts/wildcard_test.go", "hosts"),
+             *(("plugin/hosts/hostsfile_test.go", name) for name in
+               ("hosts", "singlelinehosts", "ipv4hosts", "ipv6hosts", "casehosts")),
+             ("plugin/template/template_test.go", "multisectionConfig"))
 
 _TOKEN = re.compile(r"""
     (?P<space>\s+|//[^\n]*|/\*.*?\*/)
@@ -120,20 +133,32 @@ def _value(text: str, toks: list[tuple[str, str, int]], lo: int, hi: int) -> Any
     return {"go": text[part[0][2]:toks[hi - 1][2] + len(toks[hi - 1][1])]} if part else None
 
 
+def _key(field: str) -> str:
+    """A Go field's key in a row; one named like the row's own keys (`file`) gets a `_`."""
+    return field + "_" if field in ("file", "test", "row", "line") else field
+
+
 def tables(path: Path, rel: str) -> list[dict[str, Any]]:
     text = path.read_text()
     toks = tokens(text)
     rows: list[dict[str, Any]] = []
     function = ""
+    depth = 0  # of braces: a `var` at 0 is package-level
     i = 0
     while i < len(toks):
         word = toks[i][1]
+        if toks[i][0] == "punct" and word in "{}":
+            depth += 1 if word == "{" else -1
         if word == "func" and i + 1 < len(toks):
             function = toks[i + 1][1]
         table = function
-        if i >= 3 and toks[i - 1][1] == "=" and toks[i - 3][1] == "var":
+        if depth == 0 and i >= 3 and toks[i - 1][1] == "=" and toks[i - 3][1] == "var":
             table = toks[i - 2][1]  # a package-level table, named by its variable
-        if (word == "[" and toks[i + 1][1] == "]" and toks[i + 2][1] == "struct"
+        typed = (TYPED.get(rel, {}).get(toks[i + 2][1])
+                 if word == "[" and i + 3 < len(toks) and toks[i + 1][1] == "]" else None)
+        if typed is not None and toks[i + 3][1] == "{" and (table.startswith("Test") or table != function):
+            fields, start = list(typed), i + 3
+        elif (word == "[" and toks[i + 1][1] == "]" and toks[i + 2][1] == "struct"
                 and toks[i + 3][1] == "{" and (table.startswith("Test") or table != function)):
             close = _matching(toks, i + 3)
             fields = []
@@ -145,23 +170,26 @@ def tables(path: Path, rel: str) -> list[dict[str, Any]]:
                     names = line.split()[0:-1] if "," in line else line.split()[:1]
                     fields.extend(n.strip(",") for n in names)
             start = close + 1
-            if toks[start][1] != "{":
-                i = close
+        else:
+            i += 1
+            continue
+        if toks[start][1] != "{":
+            i = close
+            continue
+        end = _matching(toks, start)
+        for index, (lo, _) in enumerate(_split(toks, start + 1, end)):
+            if toks[lo][1] != "{":
                 continue
-            end = _matching(toks, start)
-            for index, (lo, _) in enumerate(_split(toks, start + 1, end)):
-                if toks[lo][1] != "{":
-                    continue
-                inner_end = _matching(toks, lo)
-                row: dict[str, Any] = {"file": rel, "test": table, "row": index,
-                                       "line": text.count("\n", 0, toks[lo][2]) + 1}
-                for n, (a, b) in enumerate(_split(toks, lo + 1, inner_end)):
-                    if b - a >= 2 and toks[a][0] == "word" and toks[a + 1][1] == ":":
-                        row[toks[a][1]] = _value(text, toks, a + 2, b)
-                    elif n < len(fields):
-                        row[fields[n]] = _value(text, toks, a, b)
-                rows.append(row)
-            i = end
+            inner_end = _matching(toks, lo)
+            row: dict[str, Any] = {"file": rel, "test": table, "row": index,
+                                   "line": text.count("\n", 0, toks[lo][2]) + 1}
+            for n, (a, b) in enumerate(_split(toks, lo + 1, inner_end)):
+                if b - a >= 2 and toks[a][0] == "word" and toks[a + 1][1] == ":":
+                    row[_key(toks[a][1])] = _value(text, toks, a + 2, b)
+                elif n < len(fields):
+                    row[_key(fields[n])] = _value(text, toks, a, b)
+            rows.append(row)
+        i = end
         i += 1
     return rows
 
@@ -175,9 +203,10 @@ def _rows(root: Path, names: tuple[str, ...]) -> list[dict[str, Any]]:
 
 
 def _constant(path: Path, name: str) -> str:
-    found = re.search(rf"^const {name} = `([^`]*)`", path.read_text(), re.MULTILINE)
+    # a top-level or local `const NAME = `...``, NAME in a `var (...)` block, or `NAME := `...``
+    found = re.search(rf"^\s*(?:const |var )?{name}\s*:?= `([^`]*)`", path.read_text(), re.MULTILINE)
     if found is None:
-        raise ValueError(f"no const {name} in {path}")
+        raise ValueError(f"no constant {name} in {path}")
     return found.group(1)
 
 

@@ -99,6 +99,10 @@ def _case(row: dict[str, Any]) -> ParseCase | None:
         if any(ord(c) > 127 for a in args for c in a):
             return None  # listed in NOT_PORTED_ROWS
         return ParseCase(ident, plugin, _block(" ".join(["rewrite", *args])), not row["shouldError"])
+    if test == "TestNewNameRule":  # newNameRule(next, args...): a `rewrite NEXT name ARGS` line
+        args = [json.loads(a) for a in re.findall(r'"(?:[^"\\]|\\.)*"', row["args"]["go"])]
+        return ParseCase(ident, plugin, _block(" ".join(["rewrite", row["next"], "name", *args])),
+                         not row["expectedFail"])
     if test == "TestSplitZone":
         return ParseCase(ident, plugin, _block(f"forward . {row['input']}"), True)
     if test in ("TestHostPortOrFile", "TestParseHostPort"):

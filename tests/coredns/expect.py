@@ -25,6 +25,8 @@ _HTTPS_UPSTREAM = "refused: `https://` upstreams (DNS over HTTPS) are refused"
 _NOT_CACHE = ("refused: Not implemented: `keepttl` (it would put a branch on every cache hit) and "
               "`serve_stale_policy`")
 
+_OTHER_CLASS = "deliberate: a class other than IN REFUSED"
+
 EXPECT: dict[str, str] = {
     "plugin/cache/setup_test.go:TestServeStalePolicy#0": _NOT_CACHE,
     "plugin/cache/setup_test.go:TestServeStalePolicy#1": _NOT_CACHE,
@@ -33,6 +35,8 @@ EXPECT: dict[str, str] = {
         "refused: A zone argument must be a domain name or a network",
     "core/dnsserver/register_test.go:TestGroupingServers#7":
         "deliberate: So the blocks of one port must all use `bind` or none",
+    "plugin/cache/qclass_test.go:TestCacheSeparatesQuestionClasses#0": _OTHER_CLASS,
+    "plugin/template/template_test.go:TestMultiSection#2": _OTHER_CLASS,
     "plugin/forward/setup_test.go:TestFailfastAllUnhealthyUpstreams#0":
         "deliberate: CoreDNS does this only with `failfast_all_unhealthy_upstreams`",
     # forward

@@ -156,11 +156,14 @@ def question_query(name: bytes, qtype: int, *, recursion: bool = True) -> Query:
 
 
 def upstream_query(q: Query, qid: int, *, health_probe: bool = False) -> bytes:
-    """The query we send upstream: fresh ID, RD set, the client's CD and DO, our EDNS size.
+    """The query we send upstream: fresh ID, RD and AD set, the client's CD and DO, our EDNS size.
+    AD asks the upstream to say whether the answer is authenticated (RFC 6840 5.7) whoever
+    asked first, since one stored answer serves clients that ask for AD and clients that do
+    not; `render` clears it for the latter (RFC 6840 5.8), as CoreDNS's cache does.
     A health probe goes as CoreDNS's forward sends its: the question alone, RD as `q` has it."""
     if health_probe:
         return HEADER.pack(qid, q.flags & RD, 1, 0, 0, 0) + q.question
-    return HEADER.pack(qid, RD | (q.flags & CD), 1, 0, 0, 1) + q.question + _OUR_OPT[q.do]
+    return HEADER.pack(qid, RD | AD | (q.flags & CD), 1, 0, 0, 1) + q.question + _OUR_OPT[q.do]
 
 
 def opt_record(do: bool, options: bytes = b"") -> bytes:
