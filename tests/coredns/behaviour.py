@@ -27,6 +27,7 @@ from splitdns.core.cache import Cache
 from tests.coredns import (
     behaviour_cache,
     behaviour_hosts,
+    behaviour_loadbalance,
     behaviour_log,
     behaviour_rewrite,
     behaviour_template,
@@ -61,6 +62,7 @@ NOT_PORTED = {
     **behaviour_hosts.NOT_PORTED,
     **behaviour_cache.NOT_PORTED,
     **behaviour_rewrite.NOT_PORTED,
+    **behaviour_loadbalance.NOT_PORTED,
 }
 NOT_PORTED_ROWS_NOTE = "rows with noRevert set: a Go-only switch of the reverter, with no Corefile form"
 
@@ -339,6 +341,7 @@ def _build() -> tuple[BehaviourCase, ...]:
     out += [BehaviourCase(ident, "cache", run) for ident, run in behaviour_cache.dnssec_table(dnssec)]
     out += [BehaviourCase(ident, "log", run) for ident, run in behaviour_log.scenarios()]
     out += [BehaviourCase(ident, "template", run) for ident, run in behaviour_template.scenarios()]
+    out += [BehaviourCase(ident, "loadbalance", run) for ident, run in behaviour_loadbalance.scenarios()]
     for row in cases.tables()["behaviour"]:
         path, table = row["file"], row["test"]
         ident = f"{path}:{table}#{row['row']}"

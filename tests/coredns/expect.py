@@ -14,6 +14,7 @@ from __future__ import annotations
 _TLS_KEY = "refused: `tls://`, `https://`, `grpc://` and `quic://` server keys are refused"
 _TEMPLATE_ACTION = "refused: any other Go template action (and `ederror`) is refused at load with its line"
 _WEIGHTED = "refused: `weighted` is refused"
+_PREFER = "refused: and so is `prefer CIDR...` (addresses of preferred networks first)"
 _INTERFACE = "refused: `bind` to an interface name (give its address)"
 _REWRITE_FIELD = "refused: Other fields (`type`, `class`, `edns0`, `ttl`, ...) are refused"
 # TestNewRule's rows of `rewrite type|class|edns0 ...`, which CoreDNS loads
@@ -56,6 +57,7 @@ EXPECT: dict[str, str] = {
     "plugin/loadbalance/setup_test.go:TestSetup#2": _WEIGHTED,
     "plugin/loadbalance/setup_test.go:TestSetup#3": _WEIGHTED,
     "plugin/loadbalance/setup_test.go:TestSetup#4": _WEIGHTED,
+    "plugin/loadbalance/prefer_test.go:TestSortPreferred#0": _PREFER,
     # bind
     "plugin/bind/setup_test.go:TestSetup#6": _INTERFACE,
     "plugin/bind/setup_test.go:TestSetup#7": _INTERFACE,
