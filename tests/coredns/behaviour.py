@@ -341,6 +341,7 @@ def _build() -> tuple[BehaviourCase, ...]:
     out += [BehaviourCase(ident, "cache", run) for ident, run in behaviour_cache.dnssec_table(dnssec)]
     out += [BehaviourCase(ident, "log", run) for ident, run in behaviour_log.scenarios()]
     out += [BehaviourCase(ident, "template", run) for ident, run in behaviour_template.scenarios()]
+    out += [BehaviourCase(ident, "template", run) for ident, run in behaviour_template.cname_scenarios()]
     out += [BehaviourCase(ident, "loadbalance", run) for ident, run in behaviour_loadbalance.scenarios()]
     for row in cases.tables()["behaviour"]:
         path, table = row["file"], row["test"]

@@ -13,9 +13,11 @@ from __future__ import annotations
 import re
 from collections.abc import Awaitable, Callable
 
+import dns.flags
 import dns.message
 import dns.rcode
 import dns.rdatatype
+import dns.rrset
 
 from tests.coredns import cases
 from tests.support.inprocess import FakeUpstream, serving
@@ -63,3 +65,33 @@ def _step(index: int) -> Run:
 
 def scenarios() -> list[tuple[str, Run]]:
     return [(f"plugin/template/template_test.go:TestMultiSection#{i}", _step(i)) for i in range(len(STEPS))]
+
+
+# cname_test.go TestTruncatedCNAME: CoreDNS looks up the CNAME's target through itself (the Go
+# test's stub upstream answers it, truncated) and gives the client the CNAME, the target's A
+# record and the TC bit. Here the fake upstream stands for that lookup.
+_CNAME_TEMPLATE = "    template IN A test. {\n        match ^cname\\.test\\.$\n" \
+                  "        answer \"cname.test. 600 IN CNAME test.up\"\n    }\n"
+
+
+def _truncated_target(q: dns.message.Message) -> dns.message.Message:
+    r = dns.message.make_response(q)
+    r.flags |= dns.flags.TC
+    r.answer = [dns.rrset.from_text("test.up.", 600, "IN", "A", "1.2.3.4")]
+    return r
+
+
+async def _truncated_cname() -> tuple[bool, str]:
+    async with FakeUpstream(_truncated_target) as up, \
+            serving(". {\n" + _CNAME_TEMPLATE + "    forward . " + up.target + "\n}\n") as s:
+        reply = await s.ask(dns.message.make_query("cname.test.", "A"))
+    if reply is None:
+        return False, "no reply"
+    texts = sorted(line for rrset in reply.answer for line in rrset.to_text().splitlines())
+    want = sorted(["cname.test. 600 IN CNAME test.up.", "test.up. 600 IN A 1.2.3.4"])
+    truncated = bool(reply.flags & dns.flags.TC)
+    return texts == want and truncated, f"answer {texts}, TC {truncated}, upstream asked {len(up.asked)}"
+
+
+def cname_scenarios() -> list[tuple[str, Run]]:
+    return [("plugin/template/cname_test.go:TestTruncatedCNAME#0", _truncated_cname)]
