@@ -343,6 +343,7 @@ def _build() -> tuple[BehaviourCase, ...]:
     out += [BehaviourCase(ident, "template", run) for ident, run in behaviour_template.scenarios()]
     out += [BehaviourCase(ident, "template", run) for ident, run in behaviour_template.cname_scenarios()]
     out += [BehaviourCase(ident, "loadbalance", run) for ident, run in behaviour_loadbalance.scenarios()]
+    out += [BehaviourCase(ident, "rewrite", run) for ident, run in behaviour_rewrite.scenarios()]
     for row in cases.tables()["behaviour"]:
         path, table = row["file"], row["test"]
         ident = f"{path}:{table}#{row['row']}"

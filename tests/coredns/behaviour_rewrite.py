@@ -17,17 +17,14 @@ from typing import Any
 
 import dns.message
 import dns.name
+import dns.rcode
 import dns.rrset
 
 from tests.support.inprocess import FakeUpstream, serving
 
 Run = Callable[[], Awaitable[tuple[bool, str]]]
 
-NOT_PORTED = {
-    ("plugin/rewrite/name_test.go", "TestRewriteIllegalName"):
-        "a rule whose target is no name (`example..org.`), which CoreDNS loads and fails per query; "
-        "not ported yet",
-}
+NOT_PORTED: dict[tuple[str, str], str] = {}
 
 # What each table compares: `question` (the rewritten question: the name the upstream is
 # asked), `answer` (the client's answer name); `rewrite` and `expected` are the rows' fields.
@@ -64,3 +61,20 @@ def name_case(row: dict[str, Any]) -> Run:
         ok = all(got[what] == row[field] for field, what in checks.items())
         return ok, f"{rule}: asked {got['question']}, answer {got['answer']}"
     return run
+
+
+async def _illegal_name() -> tuple[bool, str]:
+    """TestRewriteIllegalName: a rule whose target is no name (`example..org.`). CoreDNS loads
+    it; a question it rewrites gets SERVFAIL ("invalid name after rewrite") and the next plugin
+    (the upstream here) is not asked."""
+    rule = "rewrite stop name example.org. example..org."
+    async with FakeUpstream(_printer) as up, serving(". {\n    " + rule + "\n    forward . "
+                                                      + up.target + "\n}\n") as s:
+        reply = await s.ask(dns.message.make_query("example.org.", "A"))
+    rcode = reply.rcode() if reply is not None else None
+    said = f"{rule}: rcode {rcode and dns.rcode.to_text(rcode)}, upstream asked {len(up.asked)}"
+    return rcode == dns.rcode.SERVFAIL and not up.asked, said
+
+
+def scenarios() -> list[tuple[str, Run]]:
+    return [("plugin/rewrite/name_test.go:TestRewriteIllegalName#0", _illegal_name)]
