@@ -26,6 +26,7 @@ import dns.rrset
 from splitdns.core.cache import Cache
 from tests.coredns import (
     behaviour_cache,
+    behaviour_handler,
     behaviour_hosts,
     behaviour_loadbalance,
     behaviour_log,
@@ -342,6 +343,7 @@ def _build() -> tuple[BehaviourCase, ...]:
     out += [BehaviourCase(ident, "log", run) for ident, run in behaviour_log.scenarios()]
     out += [BehaviourCase(ident, "template", run) for ident, run in behaviour_template.scenarios()]
     out += [BehaviourCase(ident, "template", run) for ident, run in behaviour_template.cname_scenarios()]
+    out += [BehaviourCase(ident, "template", run) for ident, run in behaviour_handler.scenarios()]
     out += [BehaviourCase(ident, "loadbalance", run) for ident, run in behaviour_loadbalance.scenarios()]
     out += [BehaviourCase(ident, "rewrite", run) for ident, run in behaviour_rewrite.scenarios()]
     for row in cases.tables()["behaviour"]:

@@ -53,6 +53,7 @@ EXPECT: dict[str, str] = {
     "plugin/template/setup_test.go:TestSetupParse#16": _TEMPLATE_ACTION,
     "plugin/template/setup_test.go:TestSetupParse#20": _TEMPLATE_ACTION,
     "plugin/template/setup_test.go:TestSetupParse#22": _TEMPLATE_ACTION,
+    **{f"plugin/template/template_test.go:TestHandler#{n}": _TEMPLATE_ACTION for n in (6, 8, 9, 14, 15, 16)},
     "plugin/template/cname_test.go:TestTruncatedCNAME#0":
         "deliberate: One difference: CoreDNS looks up the target of a template's CNAME answer to an A or "
         "AAAA question through itself and adds its records",
