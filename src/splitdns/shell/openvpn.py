@@ -13,10 +13,11 @@ import contextlib
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from splitdns.addresses import host_port
-from splitdns.core import tunnel
+from splitdns.core import confinement, tunnel
 from splitdns.directives.openvpn import OpenVPNSpec
 from splitdns.shell import logs
 
@@ -34,8 +35,11 @@ class Watcher:
         self.on_change = on_change
         self.state = tunnel.TunnelState()
         self.pushed = tunnel.Pushed()
+        self.device = ""  # the interface OpenVPN opened, as it last said
 
     def _set(self, state: tunnel.TunnelState) -> None:
+        if state.status == tunnel.UP and not state.device and self.device:
+            state = replace(state, device=self.device)
         if state != self.state:
             if state.status != self.state.status or state.pushed != self.state.pushed:
                 logs.info(f"plugin/openvpn: {state.describe()}"
@@ -173,6 +177,7 @@ class _Session:
         elif text == "ENV,END" and self.env is not None:
             if self.updown == "UP":
                 w.pushed = tunnel.from_env(self.env)
+                w.device = self.env.get("dev", w.device)
                 w._set(tunnel.TunnelState(tunnel.UP, "up (UPDOWN)", w.pushed))
             else:
                 w._set(tunnel.TunnelState(tunnel.DOWN, "the tunnel went down", w.pushed))
@@ -182,6 +187,10 @@ class _Session:
             self.env[name] = value
 
     def _log(self, message: str) -> None:
+        device = confinement.device_from_log(message)
+        if device is not None:
+            self.watcher.device = device
+            return
         pushed = tunnel.from_push_reply(message)
         if pushed is not None and pushed.servers:
             w = self.watcher
