@@ -134,6 +134,12 @@ def metric_lines(lab: Lab, name: str) -> list[str]:
             if line.startswith(name + "{") and f'zone="{ZONE}."' in line]
 
 
+def verify_leaks(lab: Lab, *args: str) -> tuple[int, str]:
+    out = lab.pod_exec([sys.executable, "-m", "splitdns", "verify", "leaks", "-conf", str(lab.corefile),
+                        "--names", "2", "--settle", "3", "--out", str(lab.dir / "leaks"), *args], timeout=90)
+    return out.returncode, out.stdout + out.stderr
+
+
 def until(what: str, check: object, timeout: float = 15.0) -> None:
     wait_for(lambda: True if check() else None, what=what, timeout=timeout, interval=0.3)  # type: ignore[operator]
 
@@ -185,6 +191,14 @@ def test_a_tunnel_zone_never_leaves_by_eth0(lab: Lab) -> None:
     assert packets(lab)["eth0"] == 0
     bound_seconds = time.monotonic() - t0
 
+    # `splitdns verify leaks` says the same from the resolver's counters, around the same outage.
+    code, report = verify_leaks(lab, "--down", "ip link set tun0 down", "--up", f"ip link set tun0 up && "
+                                f"ip route replace {PRIVATE_NET} via {configs.VPN_SERVER_TUN_IP} dev tun0")
+    assert code == 0 and report.startswith("no leak:"), report
+    print(f"\nsplitdns verify leaks, bound:\n{report}")
+    assert "bound to tun0: by tun0 or not at all" in report and "after --down" in report, report
+    assert packets(lab)["eth0"] == 0
+
     # The same with binding off (reloaded): the queries leave by eth0.
     lab.corefile.write_text(corefile("bind_to_tunnel off"))
     until("the reload to unbind the zone", lambda: any(
@@ -199,3 +213,5 @@ def test_a_tunnel_zone_never_leaves_by_eth0(lab: Lab) -> None:
           f"({bound_seconds:.1f} s)\nbind_to_tunnel off: {leaked_packets} packets by eth0 for 3 names "
           f"({', '.join(str(a['rcode']) for a in leaked)})")
     assert leaked_packets >= 3, (leaked, packets(lab))
+    code, report = verify_leaks(lab)
+    assert code == 8 and f"{ZONE}. NOT bound: {configs.CORP_DNS_IP}:53 (by eth0 now)" in report, report

@@ -60,9 +60,11 @@ def test_unbound_queries_are_shown_as_leaks(tmp_path: Path, capsys: pytest.Captu
     code, _, data = verify(tmp_path, "bind_to_tunnel off")
     printed = capsys.readouterr().out
     assert code == leaks.EXIT_LEAK, printed
-    assert printed.startswith("leaks: 4 of the tunnel zones' queries were sent unbound")
+    assert printed.startswith(f"leaks: 4 of the tunnel zones' queries were sent unbound; the upstreams of "
+                              f"{ZONE}. are NOT bound")
     assert "NOT bound: where the routing table says" in printed
-    assert data["leaks"] == 4
+    assert f"{ZONE}. NOT bound: 127.0.0.22:" in printed
+    assert data["leaks"] == 4 and data["unbound"] is True
 
 
 def test_where_a_query_went_from_two_readings_of_the_counters() -> None:
@@ -72,12 +74,12 @@ def test_where_a_query_went_from_two_readings_of_the_counters() -> None:
     device = ("splitdns_upstream_interface_info", (("interface", "tun0"), ("to", "10.8.0.1:53"),
                                                    ("zone", zone)))
     before: leaks.Samples = {sent: 4.0}
-    after: leaks.Samples = {sent: 5.0, device: 1.0,
-                            ("splitdns_fail_fast_answers", (("reason", "tunnel_down"), ("zone", zone))): 0.0}
+    fast_key = ("splitdns_fail_fast_answers_total", (("reason", "tunnel_down"), ("zone", zone)))
+    after: leaks.Samples = {sent: 5.0, device: 1.0, fast_key: 0.0}
     routes = [(0, 0, "eth0"), (0xC0A8F000, 0xFFFFFF00, "tun0")]
     q = leaks._query(zone, "x", "NOERROR", 1.0, before, after, routes)
     assert q.sent_to == ("10.8.0.1:53",) and q.bound_to == ("tun0",) and not q.leak
-    fast = {**after, ("splitdns_fail_fast_answers", (("reason", "tunnel_down"), ("zone", zone))): 1.0}
+    fast = {**after, fast_key: 1.0}
     q = leaks._query(zone, "y", "SERVFAIL", 1.0, after, fast, routes)
     assert q.sent_to == () and q.where() == "not sent: answered at once"
     assert leaks._route_of("192.168.240.1:53", routes) == "by tun0 now"

@@ -79,6 +79,8 @@ class Query:
 class Phase:
     title: str
     tunnels: dict[str, str] = field(default_factory=dict)  # zone -> "up" / "down"
+    # zone -> its upstreams not bound to any interface, each with where the routing table sends it
+    unbound: dict[str, list[str]] = field(default_factory=dict)
     queries: list[Query] = field(default_factory=list)
     command: str = ""
 
@@ -112,16 +114,17 @@ def run(opts: Options) -> int:
         return EXIT_USAGE
     leaks = [q for p in phases for q in p.queries if q.leak]
     print(summary(phases, leaks))
+    loose = any(p.unbound for p in phases)
     if opts.out:
         base = Path(opts.out)
         base.parent.mkdir(parents=True, exist_ok=True)
         base.with_suffix(".md").write_text(markdown(phases, leaks), encoding="utf-8")
         base.with_suffix(".json").write_text(json.dumps(
-            {"leaks": len(leaks), "phases": [{**asdict(p), "queries": [
+            {"leaks": len(leaks), "unbound": loose, "phases": [{**asdict(p), "queries": [
                 {**asdict(q), "where": q.where(), "leak": q.leak} for q in p.queries]} for p in phases]},
             indent=2) + "\n", encoding="utf-8")
         print(f"artifact: {base.with_suffix('.md')}\nartifact: {base.with_suffix('.json')}")
-    return EXIT_LEAK if leaks else EXIT_OK
+    return EXIT_LEAK if leaks or loose else EXIT_OK
 
 
 def _run_command(command: str) -> None:
@@ -144,6 +147,11 @@ def _phase(title: str, zones: list[str], url: str, opts: Options, command: str =
             after = scrape(url)
             phase.queries.append(_query(zone, name, asked.outcome, ms, before, after, routes))
             before = after
+        loose = [f"{dict(ls)['to']} ({_route_of(dict(ls)['to'], routes)})" for (n, ls), _ in before.items()
+                 if n == "splitdns_upstream_interface_info" and dict(ls).get("zone") == zone
+                 and not dict(ls).get("interface")]
+        if loose:
+            phase.unbound[zone] = loose
     return phase
 
 
@@ -173,8 +181,8 @@ def _query(zone: str, name: str, outcome: str, ms: float, before: Samples, after
         sent += [dict(labels)["to"]] * int(value - before.get((metric, labels), 0.0))
     devices = {dict(ls)["to"]: dict(ls)["interface"] for (n, ls), _ in after.items()
                if n == "splitdns_upstream_interface_info" and dict(ls).get("zone") == zone}
-    fast = _value(after, "splitdns_fail_fast_answers", zone=zone) - \
-        _value(before, "splitdns_fail_fast_answers", zone=zone)
+    fast = _value(after, "splitdns_fail_fast_answers_total", zone=zone) - \
+        _value(before, "splitdns_fail_fast_answers_total", zone=zone)
     bound = tuple(devices.get(to, "") for to in sent)
     return Query(zone, name, outcome, ms, tuple(sent), bound, int(fast),
                  tuple(_route_of(to, routes) for to in sent))
@@ -211,13 +219,19 @@ def _route_of(to: str, routes: list[tuple[int, int, str]]) -> str:
 
 def summary(phases: list[Phase], leaks: list[Query]) -> str:
     sent = sum(1 for p in phases for q in p.queries if q.sent_to)
-    head = (f"leaks: {len(leaks)} of the tunnel zones' queries were sent unbound (they may leave by any "
-            "interface)" if leaks else
-            f"no leak: every query sent ({sent}) was bound to its tunnel's interface; the others were "
-            "answered without being sent")
+    loose = sorted({z for p in phases for z in p.unbound})
+    if leaks or loose:
+        head = (f"leaks: {len(leaks)} of the tunnel zones' queries were sent unbound; "
+                + (f"the upstreams of {', '.join(loose)} are NOT bound to the tunnel's interface, so its "
+                   "queries and health probes go where the routing table says" if loose else
+                   "they may leave by any interface"))
+    else:
+        head = (f"no leak: every query sent ({sent}) was bound to its tunnel's interface; the others "
+                "were answered without being sent")
     lines = [head]
     for p in phases:
         lines.append(f"  {p.title}: " + ", ".join(f"{z} tunnel {s}" for z, s in p.tunnels.items()))
+        lines += [f"    {z} NOT bound: {', '.join(ups)}" for z, ups in p.unbound.items()]
         lines += [f"    {q.name} {q.outcome} in {q.ms:.0f} ms: {q.where()}" for q in p.queries]
     return "\n".join(lines)
 
