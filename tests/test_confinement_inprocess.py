@@ -115,6 +115,43 @@ def test_bound_to_the_tunnel_queries_and_the_canary_go_through_it(tmp_path: Path
     assert f"the tunnel canary {canaries[0]} was answered by 127.0.0.22" in str(out["log"])
 
 
+def test_a_failed_canary_is_asked_again_until_it_passes(tmp_path: Path) -> None:
+    """The tunnel's DNS answers SERVFAIL at first: the canary fails, `/ready?zone=` says so and
+    the zone's answers are not held; once the DNS is well, the next attempt passes."""
+    state, ready, prom = tmp_path / "openvpn.json", free_port("127.0.0.1"), free_port("127.0.0.1")
+    sick, out = [True], {}
+
+    def flaky(q: dns.message.Message) -> dns.message.Message:
+        name = str(q.question[0].name)
+        return reply(q, rcode=dns.rcode.SERVFAIL) if sick[0] and name.startswith(
+            confinement.CANARY_LABEL) else corp_dns(q)
+
+    async def scenario() -> None:
+        async with FakeUpstream(corp_dns, "127.0.0.21") as cluster, \
+                FakeUpstream(flaky, "127.0.0.22") as vpn, \
+                serving(corefile(cluster.target, state, ready, prom), runtime=True,
+                        clock=time.monotonic) as s:
+            up(state, vpn, "lo")
+            out["failed"] = await until_ready(ready, 503)
+            for _ in range(50):  # bounded: 5 s
+                out["failed"] = await http(ready, f"/ready?zone={ZONE}")
+                if "failed" in out["failed"][1]:
+                    break
+                await asyncio.sleep(0.1)
+            out["db"] = await timed(s.ask, f"db.{ZONE}.")
+            sick[0] = False
+            out["passed"] = await until_ready(ready, 200, seconds=8.0)
+            out["metrics"] = await scrape(prom)
+
+    run(scenario)
+    assert out["failed"][0] == 503 and "failed through lo: answered SERVFAIL" in out["failed"][1]
+    assert out["db"][0] == dns.rcode.NOERROR  # the canary holds no query
+    assert out["passed"][0] == 200
+    values = out["metrics"]
+    assert metric(values, "splitdns_tunnel_canaries_total", zone=f"{ZONE}.", result="failed") >= 1
+    assert metric(values, "splitdns_tunnel_canaries_total", zone=f"{ZONE}.", result="passed") == 1
+
+
 @pytest.mark.parametrize("tcp", [False, True], ids=["udp", "tcp"])
 def test_bound_to_an_interface_that_is_gone_nothing_leaves_and_the_zone_fails_fast(
         tmp_path: Path, tcp: bool) -> None:

@@ -321,7 +321,8 @@ class Runtime:
                 continue
             before = zone.tunnel
             change = liveness.follow_tunnel(zone, state, ours, origin)
-            canaries.follow(zone, before, state, self.server.ask_upstreams, self._spawn)
+            canaries.follow(zone, before, state, self.server.ask_upstreams, self._spawn,
+                            lambda z: z in self.server.zones.values())
             zone.stats.tunnel.seen(state.up, time.time())
             if change.learn is not None:
                 self.server.learn_zones(zone, change.learn)
