@@ -169,13 +169,21 @@ def test_the_watcher_learns_the_interface_from_updown_and_from_the_log() -> None
     for line in ("UP", "ENV,dev=tun4", "ENV,foreign_option_1=dhcp-option DNS 192.0.2.53", "ENV,END"):
         session._updown(line)
     assert seen[-1].up and seen[-1].device == "tun4"
-    # Attached after the tunnel came up: the history names the interface, then says CONNECTED.
+    # Attached after the tunnel came up: the state history says CONNECTED first (`state on all`),
+    # then the log history (`log on all`) has the PUSH_REPLY, then the interface OpenVPN opened.
     later = openvpn.Watcher(OpenVPNSpec(management="127.0.0.1:7505"), seen.append)
     history = openvpn._Session(later)
-    history.history("1700000000,,TUN/TAP device tun9 opened")
-    history.history("1700000001,,PUSH: Received control message: 'PUSH_REPLY,dhcp-option DNS 192.0.2.53'")
     history.history("1700000002,CONNECTED,SUCCESS,10.8.0.2,192.0.2.1,1194,,")
+    history.history("1700000001,,PUSH: Received control message: 'PUSH_REPLY,dhcp-option DNS 192.0.2.53'")
+    assert not confinement.confine(seen[-1], later.spec).up  # no interface yet: down for the zone
+    history.history("1700000001,,TUN/TAP device tun9 opened")
     assert seen[-1].up and seen[-1].device == "tun9"
+    assert confinement.confine(seen[-1], later.spec).up
+    # The log line out of OpenVPN's history: the interface holding CONNECTED's local address.
+    late = openvpn.Watcher(OpenVPNSpec(management="127.0.0.1:7505"), seen.append)
+    late.pushed = PUSHED
+    openvpn._Session(late).history("1700000002,CONNECTED,SUCCESS,127.0.0.1,192.0.2.1,1194,,")
+    assert seen[-1].up and seen[-1].device == "lo"
     assert confinement.device_from_log("2026-12-02 TUN/TAP device tun0 opened") == "tun0"
     assert confinement.device_from_log("TUN/TAP TX queue length set to 1000") is None
 

@@ -30,7 +30,7 @@ import pytest
 
 from tests.lab import Lab, PodSpec, configs
 from tests.lab.fixtures import require_lab
-from tests.lab.netns import ns_run, wait_for
+from tests.lab.netns import ns_run, stop_all, wait_for
 
 pytestmark = pytest.mark.netns
 
@@ -198,6 +198,13 @@ def test_a_tunnel_zone_never_leaves_by_eth0(lab: Lab) -> None:
     print(f"\nsplitdns verify leaks, bound:\n{report}")
     assert "bound to tun0: by tun0 or not at all" in report and "after --down" in report, report
     assert packets(lab)["eth0"] == 0
+
+    # The resolver restarts while the tunnel stays up: it attaches late (no UPDOWN block) and
+    # still finds the interface (OpenVPN's log history, else the interface holding its address).
+    stop_all([lab.procs.pop("resolver")], grace=1.0)
+    lab._start_resolver()
+    until("/ready?zone= after the restart", lambda: http(lab, READY, f"/ready?zone={ZONE}")[0] == 200)
+    assert any('interface="tun0"' in line for line in metric_lines(lab, "splitdns_upstream_interface_info"))
 
     # The same with binding off (reloaded): the queries leave by eth0.
     lab.corefile.write_text(corefile("bind_to_tunnel off"))
