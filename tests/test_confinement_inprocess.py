@@ -104,6 +104,8 @@ def test_bound_to_the_tunnel_queries_and_the_canary_go_through_it(tmp_path: Path
     run(scenario)
     assert out["before"][0] == 503  # type: ignore[index]
     assert out["ready"][0] == 200  # type: ignore[index]
+    assert out["ready"][1].startswith(f"OK\n{ZONE}.: the tunnel canary {confinement.CANARY_LABEL}")  # type: ignore[index]
+    assert "was answered by 127.0.0.22:" in out["ready"][1] and out["ready"][1].endswith(" through lo\n")  # type: ignore[index]
     assert out["db"][0] == dns.rcode.NOERROR  # type: ignore[index]
     canaries = [n for n in out["asked"] if n.startswith(confinement.CANARY_LABEL)]  # type: ignore[attr-defined]
     assert len(canaries) == 1 and canaries[0].endswith(f".{ZONE}.")

@@ -121,6 +121,12 @@ def problems(zones: Iterable[Zone], wanted: set[str] | None, stopping: bool) -> 
     return ["shutting down", *found] if stopping else found
 
 
+def proofs(zones: Iterable[Zone], wanted: set[str]) -> list[str]:
+    """What a 200 of `/ready?zone=` adds for the tunnel zones asked: their canary's answer."""
+    return [f"{z.name}: {z.stats.canary.reason}" for z in zones
+            if set(z.block.zones) & wanted and z.tunnel is not None and z.stats.canary.passed]
+
+
 @dataclass(frozen=True)
 class TunnelChange:
     """What the lifecycle carries out after the zone followed its tunnel: names to route to

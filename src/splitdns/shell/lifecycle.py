@@ -192,7 +192,8 @@ class Runtime:
         problems = liveness.problems(zones, wanted, self.stopping)
         if problems:
             return 503, "text/plain", ("not ready\n" + "\n".join(problems) + "\n").encode()
-        return 200, "text/plain", b"OK"
+        shown = liveness.proofs(zones, wanted) if wanted else []  # the tunnel canary's answer
+        return 200, "text/plain", ("OK\n" + "\n".join(shown) + "\n").encode() if shown else b"OK"
 
     def _probe_unheard(self, zone: Zone) -> None:
         """Probe the zone's upstreams that have been silent a while, so a live check follows
