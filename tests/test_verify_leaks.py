@@ -14,13 +14,16 @@ from pathlib import Path
 import pytest
 
 from splitdns import cli
+from splitdns.commands import verify as verify_command
 from splitdns.commands.verify import leaks
 from tests.support.inprocess import FakeUpstream, http, run, serving
 from tests.support.processes import free_port
 from tests.test_confinement_inprocess import ZONE, corefile, corp_dns, up
 
 
-def verify(tmp_path: Path, binding: str) -> tuple[int, str, dict[str, object]]:
+def verify(tmp_path: Path, binding: str, whole: bool = False) -> tuple[int, str, dict[str, object]]:
+    """`verify leaks` (or, `whole`, the whole `splitdns verify` with its artifact) against a
+    server whose tunnel zone is up on `lo`."""
     state, ready, prom = tmp_path / "openvpn.json", free_port("127.0.0.1"), free_port("127.0.0.1")
     conf, out = tmp_path / "Corefile", tmp_path / "leaks"
     result: dict[str, object] = {}
@@ -36,6 +39,14 @@ def verify(tmp_path: Path, binding: str) -> tuple[int, str, dict[str, object]]:
                     if (await http(ready, f"/ready?zone={ZONE}"))[0] == 200:
                         break
                     await asyncio.sleep(0.1)
+                if whole:
+                    resolv = tmp_path / "resolv.conf"  # the pod's, as the kubelet writes it for us
+                    resolv.write_text("nameserver 127.0.0.1\noptions ndots:5\n")
+                    whole_opts = verify_command.Options(names=[f"db.{ZONE}"], tcp=[], port=s.port,
+                                                        conf=str(conf), out=str(out),
+                                                        resolv_conf=str(resolv))
+                    result["code"] = await asyncio.to_thread(verify_command.run, whole_opts)
+                    return
                 opts = leaks.Options(conf=str(conf), port=s.port, names=2, out=str(out), down="true",
                                      settle=0.0)
                 result["code"] = await asyncio.to_thread(leaks.run, opts)
@@ -65,6 +76,17 @@ def test_unbound_queries_are_shown_as_leaks(tmp_path: Path, capsys: pytest.Captu
     assert "NOT bound: where the routing table says" in printed
     assert f"{ZONE}. NOT bound: 127.0.0.22:" in printed
     assert data["leaks"] == 4 and data["unbound"] is True
+
+
+def test_the_verify_artifact_says_where_the_tunnel_zones_queries_leave(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, md, data = verify(tmp_path, "", whole=True)
+    printed = capsys.readouterr().out
+    assert code == 0, printed
+    assert "tunnel zones (local): no leak: every query sent (2) was bound" in printed
+    assert "### Where the tunnel zones' queries leave (as `splitdns verify leaks`)" in md
+    assert md.count("bound to lo: by lo or not at all") == 2
+    assert data["phases"][0]["leaks"][0].startswith("no leak:")  # type: ignore[index]
 
 
 def test_where_a_query_went_from_two_readings_of_the_counters() -> None:

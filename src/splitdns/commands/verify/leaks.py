@@ -85,23 +85,48 @@ class Phase:
     command: str = ""
 
 
+def tunnel_zones(cfg: config.Config) -> list[str]:
+    return [b.zones[0] for b in cfg.blocks if b[directives.OPENVPN] or b[directives.WIREGUARD]]
+
+
+def metrics_url(cfg: config.Config) -> str | None:
+    if not cfg.prometheus:
+        return None
+    ep = cfg.prometheus[0]
+    return f"http://{ep.host if ep.host not in ('', '0.0.0.0', '::') else '127.0.0.1'}:{ep.port}/metrics"
+
+
+def section(cfg: config.Config, server: str, port: int) -> list[str]:
+    """The tunnel as it is, two names per tunnel zone: `splitdns verify`'s artifact section
+    (empty without a tunnel zone; a line saying why when the counters cannot be read)."""
+    zones, url = tunnel_zones(cfg), metrics_url(cfg)
+    if not zones:
+        return []
+    if url is None:
+        return ["not checked: the Corefile has no `prometheus` directive, whose counters this reads"]
+    try:
+        phase = _phase("the tunnel as it is", zones, url, Options(conf="", server=server, port=port, names=2))
+    except RuntimeError as err:
+        return [f"not checked: {err}"]
+    return summary([phase], [q for q in phase.queries if q.leak]).splitlines()
+
+
 def run(opts: Options) -> int:
     try:
         cfg = config.load(opts.conf, read_files=False)
     except ConfigError as err:
         print(f"splitdns verify leaks: {err}", file=sys.stderr)
         return EXIT_USAGE
-    zones = [b.zones[0] for b in cfg.blocks if b[directives.OPENVPN] or b[directives.WIREGUARD]]
+    zones = tunnel_zones(cfg)
     if not zones:
         print(f"splitdns verify leaks: {opts.conf} has no tunnel zone (openvpn or wireguard): "
               "nothing can leak from one", file=sys.stderr)
         return EXIT_USAGE
-    if not cfg.prometheus:
+    url = metrics_url(cfg)
+    if url is None:
         print(f"splitdns verify leaks: {opts.conf} has no `prometheus` directive; this check reads "
               "the resolver's counters, so add one (e.g. `prometheus 127.0.0.1:9153`)", file=sys.stderr)
         return EXIT_USAGE
-    ep = cfg.prometheus[0]
-    url = f"http://{ep.host if ep.host not in ('', '0.0.0.0', '::') else '127.0.0.1'}:{ep.port}/metrics"
     try:
         phases = [_phase("the tunnel as it is", zones, url, opts)]
         for title, command in (("after --down", opts.down), ("after --up", opts.up)):
