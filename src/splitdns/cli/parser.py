@@ -239,7 +239,8 @@ def _add_verify(commands: argparse._SubParsersAction[Parser]) -> None:
                     "TCP paths, and give one verdict that separates a naming problem from a routing "
                     "problem. Locally (inside the pod or any network namespace), or in a running pod "
                     "through kubectl; with --replace, the pod is deleted and the checks run again in "
-                    "its replacement.",
+                    "its replacement. `splitdns verify leaks` shows where the tunnel zones' queries "
+                    "leave (see its --help).",
         epilog="exit codes (one per verdict):\n"
                "  0  all good\n  1  could not run (bad arguments, kubectl failed)\n"
                "  2  the resolver is not answering (on 127.0.0.1, or --port)\n"

@@ -22,7 +22,9 @@ DOWN_SCRIPTS = ("down", "route-pre-down")
 def state_of(env: Mapping[str, str]) -> tunnel.TunnelState | None:
     script = env.get("script_type", "")
     if script in UP_SCRIPTS:
-        return tunnel.TunnelState(tunnel.UP, f"{script} script ran", tunnel.from_env(env))
+        # `dev`: the interface OpenVPN opened, which the zone's upstream sockets are bound to.
+        return tunnel.TunnelState(tunnel.UP, f"{script} script ran", tunnel.from_env(env),
+                                  env.get("dev", ""))
     if script in DOWN_SCRIPTS:
         why = env.get("signal", "")
         return tunnel.TunnelState(tunnel.DOWN, f"{script} script ran" + (f" ({why})" if why else ""),

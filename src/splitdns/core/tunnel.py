@@ -45,6 +45,7 @@ class TunnelState:
     status: str = UNKNOWN
     reason: str = "no word from OpenVPN yet"
     pushed: Pushed = Pushed()
+    device: str = ""  # the tunnel's network interface, when its watcher knows it (tun0, wg0)
 
     @property
     def up(self) -> bool:
@@ -202,7 +203,8 @@ def _split_host_port(text: str) -> tuple[str, str]:
 def to_json(state: TunnelState) -> dict[str, object]:
     return {"status": state.status, "reason": state.reason,
             "servers": [list(s) for s in state.pushed.servers],
-            "domains": list(state.pushed.domains), "search": list(state.pushed.search)}
+            "domains": list(state.pushed.domains), "search": list(state.pushed.search),
+            "device": state.device}
 
 
 def from_json(data: object) -> TunnelState:
@@ -213,4 +215,6 @@ def from_json(data: object) -> TunnelState:
                     if _ip(str(ip)) is not None and isinstance(port, int))
     domains, search = data.get("domains", []), data.get("search", [])
     pushed = Pushed(servers, tuple(map(str, domains)), tuple(map(str, search)))
-    return TunnelState(str(data["status"]), str(data.get("reason", "")), pushed)
+    device = data.get("device")
+    return TunnelState(str(data["status"]), str(data.get("reason", "")), pushed,
+                       device if isinstance(device, str) else "")

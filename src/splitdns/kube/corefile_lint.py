@@ -64,6 +64,7 @@ def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
         _directives(block, effective, src, add)
         _forwards(block, src, pods, add, cluster)
         _tunnel(block, src, is_tunnel, cluster, add)
+        _unbound(block, src, add)
     _zones(model.blocks, src, add)
     _duplicates(model.blocks, src, add)
     _binds(model.blocks, src, add)
@@ -197,6 +198,16 @@ def _tunnel(block: Block, src: CorefileSource, is_tunnel: IsTunnel, cluster: boo
             if why:
                 add(src.line(fwd.statement.where), code,
                     f"forward . {up.host}: {why}; {scope} into the tunnel")
+
+
+def _unbound(block: Block, src: CorefileSource, add: Add) -> None:
+    st = block.tunnel_statement
+    if st is None:
+        return
+    for opt in st.body or ():
+        if opt.name == "bind_to_tunnel" and [a.lower() for a in opt.args] == ["off"]:
+            add(src.line(opt.where), "SD114", f"{st.name} {{ bind_to_tunnel off }}: the queries of "
+                                              f"{', '.join(block.zones)} may leave by any interface")
 
 
 def _zones(blocks: list[Block], src: CorefileSource, add: Add) -> None:

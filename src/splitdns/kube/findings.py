@@ -88,6 +88,12 @@ _TABLE = (
          "`{$VAR}` is read from the environment of `splitdns serve` when it starts, in the pod; "
          "there an unset variable is an error and the DNS container exits.",
          "set the variable in the DNS container's env (or envFrom); check cannot see the pod's value."),
+    Code("SD114", WARNING, "tunnel zone not bound to its tunnel",
+         "with `bind_to_tunnel off` the zone's queries follow the routing table: when the tunnel's "
+         "route goes and another route reaches its DNS (the pod's default route), private names leave "
+         "by the pod's eth0, in clear.",
+         "remove `bind_to_tunnel off` (binding needs no capability on Linux 5.7 and later); if the "
+         "resolver cannot learn the tunnel's interface, name it with `interface NAME`."),
     # Pod spec.
     Code("SD201", ERROR, "dnsPolicy: None without the in-pod resolver as nameserver",
          "the app's resolv.conf then bypasses the in-pod resolver (or has no nameserver at all, which "

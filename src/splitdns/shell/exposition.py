@@ -184,6 +184,23 @@ class _UpstreamFamilies:
         self.tunnel_since = GaugeMetricFamily("splitdns_tunnel_last_change_timestamp_seconds",
                                               "When the tunnel last went up or down (Unix time).",
                                               labels=["zone", "kind"])
+        # Which interface the zone's queries may leave by (core/confinement.py), and the canary
+        # that proves the path at each tunnel-up.
+        self.interface = GaugeMetricFamily("splitdns_upstream_interface_info", "The interface the "
+                                           "upstream's sockets are bound to (a tunnel's); interface "
+                                           "is empty when the routing table chooses. Always 1.",
+                                           labels=["zone", "to", "interface"])
+        self.canary_passed = GaugeMetricFamily("splitdns_tunnel_canary_passed", "1 once the canary of "
+                                               "the tunnel's latest up (a random name under the zone) "
+                                               "was answered through the tunnel, else 0.",
+                                               labels=["zone", "kind"])
+        self.canaries = CounterMetricFamily("splitdns_tunnel_canaries", "Tunnel canary outcomes: "
+                                            "passed (the zone's DNS answered through the tunnel) or "
+                                            "failed (no answer, or an error rcode).",
+                                            labels=["zone", "kind", "result"])
+        self.canary_at = GaugeMetricFamily("splitdns_tunnel_canary_last_answer_timestamp_seconds",
+                                           "When the latest canary attempt came back (Unix time; 0: "
+                                           "none yet).", labels=["zone", "kind"])
         self.broken = CounterMetricFamily("coredns_forward_healthcheck_broken",
                                           "Counter of the number of complete failures of the healthchecks.")
         self.rejects = CounterMetricFamily("coredns_forward_max_concurrent_rejects",
@@ -219,6 +236,7 @@ class _UpstreamFamilies:
                 self.healthy.add_metric([name, state.label], 0 if down else 1)
                 self.fails.add_metric([name, state.label], state.fails)
                 self.probe_failures.add_metric([state.label, name], state.probe_failures)
+                self.interface.add_metric([name, state.label, state.upstream.device or ""], 1)
         self.failed_fast.add_metric([name, "upstreams_down"], fast)
         self.loops.add_metric([name], zone.stats.loops_detected)
         self.private.add_metric([name], zone.stats.private_removed)
@@ -238,13 +256,19 @@ class _UpstreamFamilies:
         reason = tunnel_reason(state.status, state.up, state.reason)
         self.tunnel_info.add_metric([name, kind, "up" if state.up else "down", reason], 1)
         self.tunnel_since.add_metric([name, kind], since.since)
+        canary = zone.stats.canary
+        self.canary_passed.add_metric([name, kind], 1 if canary.passed else 0)
+        for result, count in canary.outcomes.items():
+            self.canaries.add_metric([name, kind, result], count)
+        self.canary_at.add_metric([name, kind], canary.answered_at)
 
     def families(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         self.broken.add_metric([], self._broken)
         self.rejects.add_metric([], self._rejects)
         yield from (self.duration, self.broken, self.rejects, self.probe_failures, self.healthy,
                     self.fails, self.failed_fast, self.loops, self.private, self.ready,
-                    self.tunnel_up, self.tunnel_info, self.tunnel_since)
+                    self.tunnel_up, self.tunnel_info, self.tunnel_since, self.interface,
+                    self.canary_passed, self.canaries, self.canary_at)
 
 
 # Every zone's answers by these (rcode, plugin) exist from the start: rate() counts a counter's

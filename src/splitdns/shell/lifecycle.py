@@ -28,14 +28,14 @@ import dns.rdatatype
 from splitdns import config, corefile, directives
 from splitdns.addresses import host_port
 from splitdns.codec import wire
-from splitdns.core import liveness, metrics
+from splitdns.core import confinement, liveness, metrics
 from splitdns.core.routing import Router
 from splitdns.core.tunnel import TunnelState
 from splitdns.core.zone import Zone
 from splitdns.directives.openvpn import OpenVPNSpec
 from splitdns.directives.wireguard import WireGuardSpec
 from splitdns.errors import ConfigError
-from splitdns.shell import http, logs, openvpn, wireguard
+from splitdns.shell import canaries, http, logs, openvpn, wireguard
 from splitdns.shell.server import Server, spawn_into
 
 PROBE_INTERVAL = 1.0
@@ -192,7 +192,8 @@ class Runtime:
         problems = liveness.problems(zones, wanted, self.stopping)
         if problems:
             return 503, "text/plain", ("not ready\n" + "\n".join(problems) + "\n").encode()
-        return 200, "text/plain", b"OK"
+        shown = liveness.proofs(zones, wanted) if wanted else []  # the tunnel canary's answer
+        return 200, "text/plain", ("OK\n" + "\n".join(shown) + "\n").encode() if shown else b"OK"
 
     def _probe_unheard(self, zone: Zone) -> None:
         """Probe the zone's upstreams that have been silent a while, so a live check follows
@@ -312,13 +313,17 @@ class Runtime:
             self._tunnel_changed(spec, self._watchers[spec][0].state)
 
     def _tunnel_changed(self, spec: TunnelSpec, state: TunnelState) -> None:
+        state = confinement.confine(state, spec)  # the interface its queries may leave by
         ours = set(self.server.config.listeners())
         origin = "pushed by the VPN server" if isinstance(spec, OpenVPNSpec) else \
             f"the DNS = line of WireGuard interface {spec.interface}"
         for zone in self.server.zones.values():
             if _tunnel_of(zone) != spec:
                 continue
+            before = zone.tunnel
             change = liveness.follow_tunnel(zone, state, ours, origin)
+            canaries.follow(zone, before, state, self.server.ask_upstreams, self._spawn,
+                            lambda z: z in self.server.zones.values())
             zone.stats.tunnel.seen(state.up, time.time())
             if change.learn is not None:
                 self.server.learn_zones(zone, change.learn)

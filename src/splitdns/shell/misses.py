@@ -187,7 +187,7 @@ class Miss:
                 self.step = step
                 res.spawn(self._ask_stream(step))
                 return
-            error = self._send(step, up.host, up.port, up.source) if step.timeout > 0 else \
+            error = self._send(step, up.host, up.port, up.source, up.device) if step.timeout > 0 else \
                 "no time left before the deadline"
             if error is None:
                 self.step = step
@@ -195,13 +195,16 @@ class Miss:
             step = self._failed(step, error, False)
         self._settled(step)
 
-    def _send(self, step: Send, host: str, port: int, source: str | None) -> str | None:
+    def _send(self, step: Send, host: str, port: int, source: str | None,
+              device: str | None) -> str | None:
         """Send the attempt over a fresh socket and start waiting; the error if it failed."""
         self.sent = sent = wire.upstream_query(self.flight.forward.asked, self.res.query_ids())
         sock = _socket.socket(_AF_INET6 if ":" in host else _AF_INET, _DGRAM)
         try:
             if not _NONBLOCK:
                 sock.setblocking(False)
+            if device is not None:  # a tunnel's interface: before connect, once
+                upstream.bind_device(sock, device)
             if source is not None:  # forward's source_address
                 sock.bind((source, 0))
             sock.connect((host, port))

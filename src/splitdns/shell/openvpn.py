@@ -13,12 +13,13 @@ import contextlib
 import json
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from splitdns.addresses import host_port
-from splitdns.core import tunnel
+from splitdns.core import confinement, tunnel
 from splitdns.directives.openvpn import OpenVPNSpec
-from splitdns.shell import logs
+from splitdns.shell import interfaces, logs
 
 RETRY = 1.0
 POLL = 0.2          # the state file: a change is seen within 200 ms
@@ -34,8 +35,16 @@ class Watcher:
         self.on_change = on_change
         self.state = tunnel.TunnelState()
         self.pushed = tunnel.Pushed()
+        self.device = ""  # the interface OpenVPN opened, as it last said
+        self.local_address = ""  # the tunnel's address on our side, from the CONNECTED line
 
     def _set(self, state: tunnel.TunnelState) -> None:
+        if state.status == tunnel.UP and not state.device:
+            # Attached late, the log line naming the interface may be out of OpenVPN's history:
+            # the interface that holds the tunnel's address is the tunnel's.
+            device = self.device or (interfaces.holding(self.local_address) or "")
+            if device:
+                state = replace(state, device=device)
         if state != self.state:
             if state.status != self.state.status or state.pushed != self.state.pushed:
                 logs.info(f"plugin/openvpn: {state.describe()}"
@@ -142,6 +151,7 @@ class _Session:
 
     def history(self, line: str) -> None:
         fields = line.split(",")
+        self._connected_at(fields)
         state = tunnel.state_from_line(fields, self.watcher.pushed)
         if state is not None:
             self.watcher._set(state)
@@ -151,7 +161,9 @@ class _Session:
     async def line(self, line: str, writer: asyncio.StreamWriter) -> None:
         w = self.watcher
         if line.startswith(">STATE:"):
-            state = tunnel.state_from_line(line[len(">STATE:"):].split(","), w.pushed)
+            fields = line[len(">STATE:"):].split(",")
+            self._connected_at(fields)
+            state = tunnel.state_from_line(fields, w.pushed)
             if state is not None:
                 w._set(state)
         elif line.startswith(">UPDOWN:"):
@@ -166,6 +178,11 @@ class _Session:
             writer.write(_password(w.spec.password_file).encode() + b"\n")
             await writer.drain()
 
+    def _connected_at(self, fields: list[str]) -> None:
+        """`time,CONNECTED,SUCCESS,local address,...`: the tunnel's address on our side."""
+        if len(fields) > 3 and fields[1] == "CONNECTED":
+            self.watcher.local_address = fields[3]
+
     def _updown(self, text: str) -> None:
         w = self.watcher
         if text in ("UP", "DOWN"):
@@ -173,6 +190,7 @@ class _Session:
         elif text == "ENV,END" and self.env is not None:
             if self.updown == "UP":
                 w.pushed = tunnel.from_env(self.env)
+                w.device = self.env.get("dev", w.device)
                 w._set(tunnel.TunnelState(tunnel.UP, "up (UPDOWN)", w.pushed))
             else:
                 w._set(tunnel.TunnelState(tunnel.DOWN, "the tunnel went down", w.pushed))
@@ -182,6 +200,13 @@ class _Session:
             self.env[name] = value
 
     def _log(self, message: str) -> None:
+        device = confinement.device_from_log(message)
+        if device is not None:  # after the PUSH_REPLY in OpenVPN's log, and after CONNECTED here
+            w = self.watcher
+            w.device = device
+            if w.state.status == tunnel.UP and w.state.device != device:
+                w._set(replace(w.state, device=device))
+            return
         pushed = tunnel.from_push_reply(message)
         if pushed is not None and pushed.servers:
             w = self.watcher

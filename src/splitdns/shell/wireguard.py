@@ -25,6 +25,7 @@ from splitdns.core import tunnel
 from splitdns.core import wireguard as wg
 from splitdns.directives.wireguard import WireGuardSpec
 from splitdns.shell import logs
+from splitdns.shell.attempt import bind_device
 
 POLL = 0.2          # a change is seen within 200 ms
 POKE_INTERVAL = 5.0  # WireGuard retries a handshake every 5 s (REKEY_TIMEOUT) while there is traffic
@@ -133,6 +134,8 @@ class Watcher:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as s:
             s.setblocking(False)
+            if self.spec.bind_to_tunnel:  # as the zone's queries: by the tunnel or not at all
+                bind_device(s, self.spec.interface)
             s.sendto(query, (host, port))
 
 
