@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from splitdns import __version__
+from splitdns import __version__, directives
 from splitdns.cli.help import Parser
 from splitdns.cli.top import add_top
 from splitdns.kube import sizing
@@ -320,7 +320,7 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
 
 
 def _add_vpn(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vpn", choices=("openvpn", "wireguard"),
+    p.add_argument("--vpn", choices=sorted(directives.tunnel_words()),
                    help="The pod's VPN (default: the one the tunnel zones name, else openvpn). With "
                         "wireguard, the pod also gets a WireGuard sidecar running wg-quick from the "
                         "Secret wireguard-client (wg0.conf), with our resolvconf shim on its PATH.")

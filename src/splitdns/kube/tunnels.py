@@ -1,0 +1,80 @@
+"""Kubernetes's one table of tunnel kinds: per kind, its VPN container (the user's, or a sidecar
+the injection adds), what the rendered Corefile says for it, its client config as `check` reads it
+and the lints of that config (a row: kube/tunnel_kind.py's Kind). Everything in kube/ that differs
+per kind reads it from here; a new kind is its modules and one row below (README, "Adding a tunnel
+kind").
+
+The rows name the kind by its directive (the registry in `splitdns.directives`): `--zone ZONE=WORD`
+and `--vpn WORD` take the directive's tunnel word, and user text its display name.
+"""
+
+from __future__ import annotations
+
+from splitdns import directives
+from splitdns.kube import openvpn_conf, openvpn_pod, wireguard_conf, wireguard_lint, wireguard_pod
+from splitdns.kube.findings import Finding
+from splitdns.kube.tunnel_kind import ConfigFormat, Doc, Kind, PlanView, Sidecar
+
+
+def _no_advice(spec: Doc, plan: PlanView) -> str | None:
+    return None
+
+
+def _no_lints(inputs: object) -> list[Finding]:
+    return []
+
+
+OPENVPN = Kind(
+    directives.OPENVPN, "OpenVPN", "OpenVPN-pushed DNS", openvpn_pod.DEFAULT_IMAGE,
+    openvpn_pod.corefile, openvpn_pod.ownership_note, openvpn_pod.example, openvpn_pod.apply_steps,
+    openvpn_pod.component_steps, openvpn_pod.advice,
+    ConfigFormat(openvpn_conf.looks_like, openvpn_conf.parse, (".ovpn",), "SD301", "remote"),
+    _no_lints)
+WIREGUARD = Kind(
+    directives.WIREGUARD, "wg-quick", "the DNS of wg-quick's DNS = line", wireguard_pod.DEFAULT_IMAGE,
+    wireguard_pod.corefile, lambda plan: "", wireguard_pod.example, wireguard_pod.apply_steps,
+    wireguard_pod.component_steps, _no_advice,
+    ConfigFormat(wireguard_conf.looks_like, wireguard_conf.parse, (), "SD304", "Endpoint"),
+    wireguard_lint.check,
+    Sidecar(wireguard_pod.SECRET, wireguard_pod.prepare, wireguard_pod.add, wireguard_pod.patched,
+            wireguard_pod.replacement))
+
+# By tunnel word; the first is the pod's VPN when nothing names one.
+KINDS: dict[str, Kind] = {k.word: k for k in (OPENVPN, WIREGUARD)}
+
+
+def default() -> Kind:
+    return next(iter(KINDS.values()))
+
+
+def of(word: str) -> Kind:
+    return KINDS[word]
+
+
+def words() -> tuple[str, ...]:
+    return tuple(KINDS)
+
+
+def listed(joiner: str = "or") -> str:
+    """The words as a user reads them: `openvpn` or `wireguard`."""
+    names = [f"`{w}`" for w in KINDS]
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} {joiner} {names[-1]}"
+
+
+def formats() -> dict[str, ConfigFormat]:
+    """Each kind's client config format, by its word (what `check` reads: sources.read)."""
+    return {word: kind.config for word, kind in KINDS.items()}
+
+
+def secret_of(kind: Kind) -> str:
+    return kind.sidecar.default_secret if kind.sidecar is not None else ""
+
+
+def prepare(spec: Doc, injected_before: bool, wanted: Kind | None) -> str | None:
+    """Every kind's sidecar from an earlier injection out (the wanted one is added again); then
+    why the pod cannot take the `wanted` kind's sidecar, or None."""
+    why = None
+    for kind in KINDS.values():
+        if kind.sidecar is not None:
+            why = kind.sidecar.prepare(spec, injected_before, kind is wanted) or why
+    return why
