@@ -74,7 +74,7 @@ class Inputs:
 
 
 def kind_of(path: str, text: str, formats: Mapping[str, ConfigFormat] | None = None) -> str:
-    """"yaml", a tunnel kind's word ("openvpn", ...: a client config of one of `formats`, by
+    """"yaml", a tunnel kind's word (`openvpn`, ...: a client config of one of `formats`, by
     word: kube/tunnels.py's) or "corefile", from the name first and the content second."""
     suffix = Path(path).suffix.lower()
     if suffix in (".yaml", ".yml", ".json"):
