@@ -134,11 +134,9 @@ BEACON = directives.Once("beacon", parse, step=directives.TUNNEL_STEP, stored=Tr
                          tunnel=directives.Tunnel("beacon", "Beacon", "beacon_light",
                                                   "the DNS servers the beacon's state file names"))
 BEACON_KIND = tunnel_kind.Kind(
-    BEACON, "the beacon", "the beacon's DNS", "example.org/beacon:1",
-    corefile=lambda plan: ["beacon {", f"    state {RUN_DIR}/state", "}"],
-    ownership_note=lambda plan: "", example=example,
-    apply_steps=lambda plan: ["Light the beacon."], component_steps=lambda plan, opts: [],
-    advice=lambda spec, plan: None,
+    BEACON, learned_from="the beacon", upstream_text="the beacon's DNS", default_image="example.org/beacon:1",
+    corefile=lambda plan: ["beacon {", f"    state {RUN_DIR}/state", "}"], example=example,
+    apply_steps=lambda plan: ["Light the beacon."],
     config=tunnel_kind.ConfigFormat(lambda text: text.startswith("# beacon client"), parse_config,
                                      (".beacon",), "SD301", "server"),
     lints=lint)

@@ -110,7 +110,7 @@ def _vpn_servers(inputs: Inputs) -> list[Finding]:
     out: list[Finding] = []
     pod_models = [s for s in inputs.corefiles if s.context == POD]
     for word, found in inputs.tunnel_configs.items():
-        fmt = tunnels.of(word).config
+        fmt = tunnels.formats()[word]
         for conf in found:
             for host, line in conf.server_names():
                 for src in pod_models:

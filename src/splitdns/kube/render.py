@@ -130,7 +130,7 @@ def component(plan: Plan, opts: Options) -> dict[str, str]:
     kind = tunnels.of(plan.vpn)
     if kind.sidecar is not None:
         doc["replacements"].append(kind.sidecar.replacement(opts.name, manifests.containers_key(opts)))
-    before = kind.component_steps(plan, opts)
+    before = kind.component_steps(plan, opts) if kind.component_steps else kind.apply_steps(plan)
     header = _header(plan, opts, f"a kustomize Component for the Deployment {opts.name}; save as "
                                  "kustomization.yaml in its own directory and list that directory under "
                                  "`components:` of your overlay", before)

@@ -93,24 +93,38 @@ class Sidecar:
     replacement: Callable[[str, str], Doc]            # render's component: (deployment, containers key)
 
 
+def _nothing_to_say(*_: object) -> str:
+    return ""
+
+
+def _no_advice(*_: object) -> str | None:
+    return None
+
+
+def _no_lints(*_: object) -> list[Finding]:
+    return []
+
+
 @dataclass(frozen=True)
 class Kind:
     """One tunnel kind in kube. `learned_from` and `upstream_text` are what the ownership record
     says of its zones; `example` is render's full example's VPN container(s) and volumes (the
-    user's, when the injection adds none); `advice` a warning about the pod's own VPN container."""
+    user's; none when the injection adds a `sidecar` of ours); `advice` a warning about the pod's
+    own VPN container; `config` the client config `check` reads (None: the kind has none)."""
 
     directive: directives.Directive[directives.TunnelSpec]
     learned_from: str
     upstream_text: str
     default_image: str
     corefile: Callable[[PlanView], list[str]]             # the tunnel directive's lines in a block
-    ownership_note: Callable[[PlanView], str]             # after the upstream in the ownership record
     example: Callable[[PlanView, OptionsView], tuple[list[Doc], list[Doc]]]
     apply_steps: Callable[[PlanView], Steps]              # render's deployment: before `kubectl apply`
-    component_steps: Callable[[PlanView, OptionsView], Steps]  # render's component: before `kubectl apply`
-    advice: Callable[[Doc, PlanView], str | None]
-    config: ConfigFormat
-    lints: Callable[[Any], list[Finding]]  # (sources.Inputs)
+    # render's component: before `kubectl apply` (None: as apply_steps)
+    component_steps: Callable[[PlanView, OptionsView], Steps] | None = None
+    ownership_note: Callable[[PlanView], str] = _nothing_to_say  # after the upstream in the record
+    advice: Callable[[Doc, PlanView], str | None] = _no_advice
+    config: ConfigFormat | None = None
+    lints: Callable[[Any], list[Finding]] = _no_lints     # of `check`'s inputs (sources.Inputs)
     sidecar: Sidecar | None = None
 
     @property

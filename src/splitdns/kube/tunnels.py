@@ -12,32 +12,22 @@ from __future__ import annotations
 
 from splitdns import directives
 from splitdns.kube import openvpn_conf, openvpn_pod, wireguard_conf, wireguard_lint, wireguard_pod
-from splitdns.kube.findings import Finding
-from splitdns.kube.tunnel_kind import ConfigFormat, Doc, Kind, PlanView, Sidecar
-
-
-def _no_advice(spec: Doc, plan: PlanView) -> str | None:
-    return None
-
-
-def _no_lints(inputs: object) -> list[Finding]:
-    return []
-
+from splitdns.kube.tunnel_kind import ConfigFormat, Doc, Kind, Sidecar
 
 OPENVPN = Kind(
-    directives.OPENVPN, "OpenVPN", "OpenVPN-pushed DNS", openvpn_pod.DEFAULT_IMAGE,
-    openvpn_pod.corefile, openvpn_pod.ownership_note, openvpn_pod.example, openvpn_pod.apply_steps,
-    openvpn_pod.component_steps, openvpn_pod.advice,
-    ConfigFormat(openvpn_conf.looks_like, openvpn_conf.parse, (".ovpn",), "SD301", "remote"),
-    _no_lints)
+    directives.OPENVPN, learned_from="OpenVPN", upstream_text="OpenVPN-pushed DNS",
+    default_image=openvpn_pod.DEFAULT_IMAGE, corefile=openvpn_pod.corefile, example=openvpn_pod.example,
+    apply_steps=openvpn_pod.apply_steps, component_steps=openvpn_pod.component_steps,
+    ownership_note=openvpn_pod.ownership_note, advice=openvpn_pod.advice,
+    config=ConfigFormat(openvpn_conf.looks_like, openvpn_conf.parse, (".ovpn",), "SD301", "remote"))
 WIREGUARD = Kind(
-    directives.WIREGUARD, "wg-quick", "the DNS of wg-quick's DNS = line", wireguard_pod.DEFAULT_IMAGE,
-    wireguard_pod.corefile, lambda plan: "", wireguard_pod.example, wireguard_pod.apply_steps,
-    wireguard_pod.component_steps, _no_advice,
-    ConfigFormat(wireguard_conf.looks_like, wireguard_conf.parse, (), "SD304", "Endpoint"),
-    wireguard_lint.check,
-    Sidecar(wireguard_pod.SECRET, wireguard_pod.prepare, wireguard_pod.add, wireguard_pod.patched,
-            wireguard_pod.replacement))
+    directives.WIREGUARD, learned_from="wg-quick", upstream_text="the DNS of wg-quick's DNS = line",
+    default_image=wireguard_pod.DEFAULT_IMAGE, corefile=wireguard_pod.corefile,
+    example=wireguard_pod.example, apply_steps=wireguard_pod.apply_steps,
+    config=ConfigFormat(wireguard_conf.looks_like, wireguard_conf.parse, (), "SD304", "Endpoint"),
+    lints=wireguard_lint.check,
+    sidecar=Sidecar(wireguard_pod.SECRET, wireguard_pod.prepare, wireguard_pod.add, wireguard_pod.patched,
+                    wireguard_pod.replacement))
 
 # By tunnel word; the first is the pod's VPN when nothing names one.
 KINDS: dict[str, Kind] = {k.word: k for k in (OPENVPN, WIREGUARD)}
@@ -63,7 +53,7 @@ def listed(joiner: str = "or") -> str:
 
 def formats() -> dict[str, ConfigFormat]:
     """Each kind's client config format, by its word (what `check` reads: sources.read)."""
-    return {word: kind.config for word, kind in KINDS.items()}
+    return {word: kind.config for word, kind in KINDS.items() if kind.config is not None}
 
 
 def secret_of(kind: Kind) -> str:

@@ -218,6 +218,3 @@ def apply_steps(plan: PlanView) -> Steps:
          "container runs it as root with NET_ADMIN only, with our resolvconf first on its PATH."],
     ]
 
-
-def component_steps(plan: PlanView, opts: OptionsView) -> Steps:
-    return apply_steps(plan)
