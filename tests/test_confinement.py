@@ -190,7 +190,7 @@ def test_the_watcher_learns_the_interface_from_updown_and_from_the_log() -> None
 
 def test_the_hook_records_the_interface_in_its_state_file() -> None:
     from splitdns.commands import openvpn_hook
-    from splitdns.core import tunnel
+    from splitdns.core import openvpn as tunnel
 
     state = openvpn_hook.state_of({"script_type": "up", "dev": "tun0",
                                    "foreign_option_1": "dhcp-option DNS 192.0.2.53"})

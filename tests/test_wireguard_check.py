@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from splitdns import cli
-from splitdns.kube import lint, sources, wireguard_conf
+from splitdns.kube import lint, sources, tunnels, wireguard_conf
 
 GOOD = """[Interface]
 PrivateKey = yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=
@@ -48,8 +48,9 @@ def codes(found: list[lint.Finding]) -> list[tuple[int, str]]:
 
 def test_a_good_config_is_clean_and_read_as_wireguard(tmp_path: Path) -> None:
     assert check(tmp_path, GOOD) == []
-    assert sources.kind_of("wg0.conf", GOOD) == "wireguard"
-    assert sources.kind_of("client.conf", "client\nremote vpn.example 1194\ndev tun\n") == "openvpn"
+    formats = tunnels.formats()
+    assert sources.kind_of("wg0.conf", GOOD, formats) == "wireguard"
+    assert sources.kind_of("client.conf", "client\nremote vpn.example 1194\ndev tun\n", formats) == "openvpn"
 
 
 def test_a_default_route_takes_the_cluster_dns_and_the_computed_list_leaves_it_out(tmp_path: Path) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from splitdns import __version__
+from splitdns import __version__, directives
 from splitdns.cli.help import Parser
 from splitdns.cli.top import add_top
 from splitdns.kube import sizing
@@ -103,9 +103,10 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
 
 def _add_check(commands: argparse._SubParsersAction[Parser]) -> None:
     p = commands.add_parser(
-        "check", help="Lint Corefiles, Kubernetes YAML and OpenVPN client configs together.",
+        "check", help="Lint Corefiles, Kubernetes YAML and VPN client configs together.",
         description="Read Corefiles, Kubernetes YAML (Pod, Deployment, StatefulSet, DaemonSet, Job, "
-                    "CronJob, ConfigMap holding a Corefile) and OpenVPN client configs together, and "
+                    "CronJob, ConfigMap holding a Corefile) and VPN client configs (OpenVPN, wg-quick) "
+                    "together, and "
                     "report what would break the pod's DNS, one finding per line as "
                     "FILE:LINE: CODE SEVERITY MESSAGE, each followed by why it matters and the fix. "
                     "A Corefile the resolver would refuse is reported as FILE:LINE: SD100 error MESSAGE.",
@@ -113,7 +114,7 @@ def _add_check(commands: argparse._SubParsersAction[Parser]) -> None:
                "  2  at least one error (also: a bad --kube-version or command line)\n"
                "  70 internal error (a bug in splitdns, not in the files)")
     p.add_argument("files", nargs="+", metavar="FILE",
-                   help="Corefiles, Kubernetes YAML and OpenVPN client configs (.ovpn, .conf).")
+                   help="Corefiles, Kubernetes YAML and VPN client configs (.ovpn, .conf).")
     p.add_argument("--resolver", choices=("auto", "splitdns", "coredns"), default="auto",
                    help="The resolver the Corefiles are for; auto (default) takes it from the DNS "
                         "container's image, else splitdns. Cluster-wide Corefiles are CoreDNS's; so is, "
@@ -321,7 +322,7 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
 
 
 def _add_vpn(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vpn", choices=("openvpn", "wireguard"),
+    p.add_argument("--vpn", choices=sorted(directives.tunnel_words()),
                    help="The pod's VPN (default: the one the tunnel zones name, else openvpn). With "
                         "wireguard, the pod also gets a WireGuard sidecar running wg-quick from the "
                         "Secret wireguard-client (wg0.conf), with our resolvconf shim on its PATH.")

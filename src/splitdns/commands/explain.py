@@ -110,15 +110,9 @@ def _corefile(path: str) -> sources.CorefileSource:
 
 def _inside(block: corefile_model.Block, zone: Zone, wire: bytes,
             loc: Callable[[Location | None], str], full: Zone | None = None) -> list[str]:
-    if block.tunnel:
-        st = block.directive("openvpn")
-        if st is not None:
-            return [f"  upstreams: the DNS servers the VPN server pushes, learned at run time "
-                    f"(openvpn, {loc(st.where)})"]
-        st = block.directive("wireguard")
-        assert st is not None
-        return [f"  upstreams: the DNS servers of the wg-quick config's DNS = line, learned at run "
-                f"time (wireguard, {loc(st.where)})"]
+    st, kind = block.tunnel_statement, block.tunnel_kind
+    if st is not None and kind is not None:
+        return [f"  upstreams: {kind.learned}, learned at run time ({st.name}, {loc(st.where)})"]
     out, asked = _local(full, wire) if full is not None else ([], wire)
     if asked is None:
         return out

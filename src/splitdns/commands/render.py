@@ -43,7 +43,7 @@ class Request:
     app_image: str = manifests.DEFAULT_APP_IMAGE
     vpn_image: str = manifests.DEFAULT_VPN_IMAGE
     management: str = "127.0.0.1:7505"
-    vpn: str | None = None            # openvpn or wireguard; None: what the tunnel zones name
+    vpn: str | None = None            # a tunnel's word (kube/tunnels.py); None: what the zones name
     output_dir: str | None = None
     webhook_namespace: str = "splitdns-system"
     reads_cluster: bool = True  # False for `splitdns webhook`, which has no --cluster-dns-from-cluster
@@ -93,11 +93,10 @@ def injection_settings(req: Request, excluded: tuple[str, ...] = ()) -> Settings
 
 def vpn_image(req: Request, plan: Plan) -> str:
     """--vpn-image, or the placeholder that names the plan's VPN."""
-    from splitdns.kube import wireguard_pod
-    from splitdns.kube.plan import WIREGUARD
+    from splitdns.kube import tunnels
 
-    if plan.vpn == WIREGUARD and req.vpn_image == manifests.DEFAULT_VPN_IMAGE:
-        return wireguard_pod.DEFAULT_IMAGE
+    if req.vpn_image == manifests.DEFAULT_VPN_IMAGE:
+        return tunnels.of(plan.vpn).default_image
     return req.vpn_image
 
 

@@ -2,7 +2,7 @@
 
 `begin` walks the block's per-query steps in the registry's order (as CoreDNS's plugin.cfg
 orders its plugins): `cache`, then `rewrite`, `template` and `hosts` (local.py), `loop`,
-`openvpn` (the tunnel's state), `forward`. `loadbalance` wraps every answer, `private_addresses`
+a tunnel's directive (its state), `forward`. `loadbalance` wraps every answer, `private_addresses`
 and `minimal` act on the upstream's reply as its flight settles (flight.py), `errors`
 and `log` are lines the shell writes.
 Sans-io: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s); it
@@ -34,7 +34,7 @@ from splitdns.core.local import Local, Rewritten, steps_of
 from splitdns.core.loop import LoopGuard, LoopProbes
 from splitdns.core.metrics import ZoneStats
 from splitdns.core.rebinding import PrivateFilter
-from splitdns.core.tunnel import TunnelState
+from splitdns.core.tunnel import TunnelState, not_heard
 from splitdns.directives import loadbalance
 
 if TYPE_CHECKING:
@@ -75,9 +75,10 @@ class Zone:
         self.ready = False           # latched once the zone answered through its upstreams
         self.not_ready_reason = "no probe has been answered yet"
         self.loop = LoopGuard(self.name, self.stats, self.upstream_list, loop_probes)
-        tunnel = any(block.uses(d) for d in directives.steps(directives.TUNNEL_STEP))
-        self.tunnel: TunnelState | None = TunnelState() if tunnel else None
-        vpn = block[directives.OPENVPN] or block[directives.WIREGUARD]
+        kind, vpn = block.tunnel, block.tunnel_spec
+        self.tunnel: TunnelState | None = None
+        if kind is not None and kind.tunnel is not None:
+            self.tunnel = not_heard(kind.tunnel.display)
         self.learns_domains = vpn is not None and vpn.domains  # routes the domains pushed to it
         self.loops_probed = block.uses(directives.LOOP)
         spec = block[directives.PRIVATE_ADDRESSES]

@@ -43,6 +43,10 @@ class OpenVPNSpec:
     bind_to_tunnel: bool = True
 
     @property
+    def dns_origin(self) -> str:
+        return "pushed by the VPN server"
+
+    @property
     def management_tcp(self) -> tuple[str, int] | None:
         if self.management is None or self.management.startswith("/"):
             return None

@@ -43,6 +43,10 @@ class WireGuardSpec:
     bind_to_tunnel: bool = True
 
     @property
+    def dns_origin(self) -> str:
+        return f"the DNS = line of WireGuard interface {self.interface}"
+
+    @property
     def recorded(self) -> str | None:
         return None if self.resolvconf is None else f"{self.resolvconf.rstrip('/')}/{self.interface}"
 

@@ -184,12 +184,10 @@ def _tunnel(block: Block, src: CorefileSource, is_tunnel: IsTunnel, cluster: boo
         return
     code = "SD105" if cluster else "SD104"
     scope = "the cluster's CoreDNS sends every pod's lookups" if cluster else "every lookup of the pod goes"
-    if block.tunnel:
-        st = block.tunnel_statement
-        assert st is not None
-        vpn = "OpenVPN" if st.name == "openvpn" else "WireGuard"
+    st, kind = block.tunnel_statement, block.tunnel_kind
+    if st is not None and kind is not None:
         add(src.line(st.where), code,
-            f"the `.` block takes its upstreams from {vpn}: {scope} into the tunnel")
+            f"the `.` block takes its upstreams from {kind.display}: {scope} into the tunnel")
     for fwd in block.forwards:
         if fwd.spec.origin != ".":
             continue

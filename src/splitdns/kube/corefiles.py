@@ -6,8 +6,8 @@ Each starts with the ownership record: zone -> owner -> upstream -> source.
 from __future__ import annotations
 
 from splitdns import __version__
-from splitdns.kube import wireguard_pod
-from splitdns.kube.plan import OPENVPN, Plan, PlanError, Route
+from splitdns.kube import tunnels
+from splitdns.kube.plan import Plan, PlanError, Route
 
 INDENT = "    "
 CACHE_SECONDS = 30
@@ -19,8 +19,7 @@ COREDNS_BIND = "127.0.0.1"
 def ownership(plan: Plan, owner: str, routes: tuple[Route, ...] | None = None) -> list[str]:
     lines = ["Who answers each zone (zone -> owner -> upstream -> where the address came from):"]
     for r in plan.routes if routes is None else routes:
-        upstream = r.upstream_text() + (f" (management {plan.management})"
-                                        if r.tunnel and r.vpn == OPENVPN else "")
+        upstream = r.upstream_text() + (tunnels.of(r.vpn).ownership_note(plan) if r.tunnel else "")
         lines.append(f"  {r.zone} -> {owner} -> {upstream} -> {r.source}")
     return lines
 
@@ -48,11 +47,8 @@ def _block(plan: Plan, r: Route, health: str = "", ready: str = "", metrics: str
     if coredns:
         body.append(f"bind {COREDNS_BIND}")
     body += ["errors", f"cache {CACHE_SECONDS}"]
-    if r.tunnel and r.vpn == OPENVPN:
-        body += ["openvpn {", f"{INDENT}management {plan.management}", "}"]
-    elif r.tunnel:
-        body += ["wireguard {", f"{INDENT}resolvconf {wireguard_pod.RUN_DIR}",
-                 f"{INDENT}interface {wireguard_pod.INTERFACE}", f"{INDENT}domains", "}"]
+    if r.tunnel:
+        body += tunnels.of(r.vpn).corefile(plan)
     else:
         body.append("forward . " + " ".join(r.upstreams))
     # Per-zone readiness is ours; CoreDNS's `ready` is process-wide and ignores `forward`.

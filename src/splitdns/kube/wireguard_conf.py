@@ -37,6 +37,10 @@ class WgConfig:
         return any(address == d for d, _ in self.dns) or any(
             ip in net for p in self.peers for net, _ in p.allowed if net.prefixlen > 0)
 
+    def server_names(self) -> list[tuple[str, int]]:
+        """Each peer's Endpoint given as a name (wg-quick resolves it before the tunnel exists)."""
+        return [p.endpoint for p in self.peers if p.endpoint is not None and not _is_ip(p.endpoint[0])]
+
 
 def looks_like(text: str) -> bool:
     sections = {ln.strip().lower() for ln in text.splitlines() if ln.strip().startswith("[")}
@@ -80,6 +84,10 @@ def _peer_option(peer: Peer, key: str, items: list[str], value: str, number: int
         peer.keepalive = int(value)
     elif key == "persistentkeepalive" and value == "off":
         peer.keepalive = 0
+
+
+def _is_ip(text: str) -> bool:
+    return bool(_address(text))
 
 
 def _address(text: str) -> str:

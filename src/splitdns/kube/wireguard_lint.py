@@ -14,6 +14,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from splitdns import directives
 from splitdns.kube.findings import Finding
 from splitdns.kube.sources import POD, Inputs
 from splitdns.kube.wireguard_conf import IPNetwork, WgConfig, without
@@ -57,8 +58,8 @@ def check(inputs: Inputs) -> list[Finding]:
     out: list[Finding] = []
     ranges = cluster_ranges(inputs)
     learners = [f"{src.file}:{src.line(st.where)}" for src in inputs.corefiles if src.context == POD
-                for b in src.model.blocks if (st := b.directive("wireguard")) is not None]
-    for conf in inputs.wireguard_configs:
+                for b in src.model.blocks if (st := b.directive(directives.WIREGUARD.name)) is not None]
+    for conf in configs(inputs):
         out += _allowed_ips(conf, ranges)
         out += _dns_loop(conf)
         if learners and not conf.dns:
@@ -72,6 +73,12 @@ def check(inputs: Inputs) -> list[Finding]:
                                    "loses its mapping, and its last handshake ages until the resolver "
                                    "reads the tunnel as down"))
     return out
+
+
+def configs(inputs: Inputs) -> list[WgConfig]:
+    """The wg-quick configs among the inputs."""
+    found = inputs.tunnel_configs.get(directives.WIREGUARD.name, [])
+    return [c for c in found if isinstance(c, WgConfig)]
 
 
 def _allowed_ips(conf: WgConfig, ranges: list[ClusterRange]) -> list[Finding]:

@@ -248,19 +248,20 @@ class _UpstreamFamilies:
     def _tunnel(self, zone: Zone, name: str, wall: float) -> None:
         state = zone.tunnel
         assert state is not None
-        kind = next((k for k in _TUNNEL_KINDS if k in zone.block.specs), "tunnel")
+        kind = zone.block.tunnel
+        kind_label = kind.tunnel.metric_kind if kind is not None and kind.tunnel is not None else "tunnel"
         since = zone.stats.tunnel
         since.seen(state.up, wall)  # a change nobody recorded (lifecycle does, on each change)
         self.failed_fast.add_metric([name, "tunnel_down"], zone.stats.failed_fast_tunnel)
-        self.tunnel_up.add_metric([name, kind], 1 if state.up else 0)
+        self.tunnel_up.add_metric([name, kind_label], 1 if state.up else 0)
         reason = tunnel_reason(state.status, state.up, state.reason)
-        self.tunnel_info.add_metric([name, kind, "up" if state.up else "down", reason], 1)
-        self.tunnel_since.add_metric([name, kind], since.since)
+        self.tunnel_info.add_metric([name, kind_label, "up" if state.up else "down", reason], 1)
+        self.tunnel_since.add_metric([name, kind_label], since.since)
         canary = zone.stats.canary
-        self.canary_passed.add_metric([name, kind], 1 if canary.passed else 0)
+        self.canary_passed.add_metric([name, kind_label], 1 if canary.passed else 0)
         for result, count in canary.outcomes.items():
-            self.canaries.add_metric([name, kind, result], count)
-        self.canary_at.add_metric([name, kind], canary.answered_at)
+            self.canaries.add_metric([name, kind_label, result], count)
+        self.canary_at.add_metric([name, kind_label], canary.answered_at)
 
     def families(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         self.broken.add_metric([], self._broken)
@@ -275,9 +276,6 @@ class _UpstreamFamilies:
 # increase from its first sample, so a series born with a burst of SERVFAILs would hide that
 # burst from the SERVFAIL-ratio alert.
 _ALWAYS = (("NOERROR", "forward"), ("SERVFAIL", "forward"))
-# The directives that make a zone a tunnel zone: the `kind` label of the tunnel series.
-_TUNNEL_KINDS = ("openvpn", "wireguard")
-
 
 def registry(collector: ServerCollector) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)

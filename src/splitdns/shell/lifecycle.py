@@ -32,10 +32,9 @@ from splitdns.core import confinement, liveness, metrics
 from splitdns.core.routing import Router
 from splitdns.core.tunnel import TunnelState
 from splitdns.core.zone import Zone
-from splitdns.directives.openvpn import OpenVPNSpec
-from splitdns.directives.wireguard import WireGuardSpec
+from splitdns.directives import TunnelSpec
 from splitdns.errors import ConfigError
-from splitdns.shell import canaries, http, logs, openvpn, wireguard
+from splitdns.shell import canaries, http, logs, tunnel_watcher, tunnels
 from splitdns.shell.server import Server, spawn_into
 
 PROBE_INTERVAL = 1.0
@@ -66,9 +65,6 @@ def _fingerprint(path: str, error: str) -> str:
     return data.hexdigest()
 
 
-TunnelSpec = OpenVPNSpec | WireGuardSpec
-
-
 @dataclass
 class Runtime:
     server: Server
@@ -81,7 +77,7 @@ class Runtime:
     _http: list[asyncio.Server] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _reload_now: asyncio.Event = field(default_factory=asyncio.Event)
-    _watchers: dict[TunnelSpec, tuple[openvpn.Watcher | wireguard.Watcher, asyncio.Task[None]]] = \
+    _watchers: dict[TunnelSpec, tuple[tunnel_watcher.Watcher, asyncio.Task[None]]] = \
         field(default_factory=dict)
 
     # -- start and stop ------------------------------------------------------------------------
@@ -300,28 +296,25 @@ class Runtime:
     # -- the tunnel ----------------------------------------------------------------------------
 
     def _follow_tunnels(self) -> None:
-        """One watcher per `openvpn` or `wireguard` spec; zones that share a spec share its state."""
-        specs = {s for z in self.server.zones.values() if (s := _tunnel_of(z)) is not None}
-        for spec in set(self._watchers) - specs:
+        """One watcher per tunnel spec (shell/tunnels.py); zones that share a spec share its state."""
+        specs = {spec: kind for z in self.server.zones.values()
+                 if (kind := z.block.tunnel) is not None and (spec := z.block.tunnel_spec) is not None}
+        for spec in set(self._watchers) - set(specs):
             self._watchers.pop(spec)[1].cancel()
-        for spec in specs:
+        for spec, kind in specs.items():
             if spec not in self._watchers:
-                on_change = functools.partial(self._tunnel_changed, spec)
-                watcher = openvpn.Watcher(spec, on_change) if isinstance(spec, OpenVPNSpec) \
-                    else wireguard.Watcher(spec, on_change)
+                watcher = tunnels.watcher(kind, spec, functools.partial(self._tunnel_changed, spec))
                 self._watchers[spec] = (watcher, asyncio.ensure_future(watcher.run()))
             self._tunnel_changed(spec, self._watchers[spec][0].state)
 
     def _tunnel_changed(self, spec: TunnelSpec, state: TunnelState) -> None:
         state = confinement.confine(state, spec)  # the interface its queries may leave by
         ours = set(self.server.config.listeners())
-        origin = "pushed by the VPN server" if isinstance(spec, OpenVPNSpec) else \
-            f"the DNS = line of WireGuard interface {spec.interface}"
         for zone in self.server.zones.values():
-            if _tunnel_of(zone) != spec:
+            if zone.block.tunnel_spec != spec:
                 continue
             before = zone.tunnel
-            change = liveness.follow_tunnel(zone, state, ours, origin)
+            change = liveness.follow_tunnel(zone, state, ours, spec.dns_origin)
             canaries.follow(zone, before, state, self.server.ask_upstreams, self._spawn,
                             lambda z: z in self.server.zones.values())
             zone.stats.tunnel.seen(state.up, time.time())
@@ -334,7 +327,3 @@ class Runtime:
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         spawn_into(self._tasks, coro)
-
-
-def _tunnel_of(zone: Zone) -> TunnelSpec | None:
-    return zone.block[directives.OPENVPN] or zone.block[directives.WIREGUARD]

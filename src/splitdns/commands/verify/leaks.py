@@ -26,7 +26,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from splitdns import config, directives
+from splitdns import config
 from splitdns.commands.verify import checks
 from splitdns.errors import ConfigError
 
@@ -86,7 +86,7 @@ class Phase:
 
 
 def tunnel_zones(cfg: config.Config) -> list[str]:
-    return [b.zones[0] for b in cfg.blocks if b[directives.OPENVPN] or b[directives.WIREGUARD]]
+    return [b.zones[0] for b in cfg.blocks if b.tunnel is not None]
 
 
 def metrics_url(cfg: config.Config) -> str | None:
