@@ -18,6 +18,7 @@ import dns.rcode
 
 from splitdns import directives
 from splitdns.codec import entries, wire
+from splitdns.codec import reply as replies
 from splitdns.core import local
 from splitdns.core.cache import Cache
 from splitdns.core.decisions import (
@@ -33,7 +34,9 @@ from splitdns.core.flight import Flight
 from splitdns.core.local import Local, Rewritten, steps_of
 from splitdns.core.loop import LoopGuard, LoopProbes
 from splitdns.core.metrics import ZoneStats
+from splitdns.core.names import NameGuard, Pod, guard_for
 from splitdns.core.rebinding import PrivateFilter
+from splitdns.core.search import AutoPath, Search
 from splitdns.core.tunnel import TunnelState
 from splitdns.directives import loadbalance
 
@@ -48,14 +51,17 @@ Step = Callable[["Zone", wire.Query, float, "_Walk"], "Answer | Forward | None"]
 
 
 class _Walk:
-    """What the steps of one `begin` learn on the way (a miss, a rewrite, the forward)."""
+    """What the steps of one `begin` learn on the way (a miss, a rewrite, the forward, the
+    search walk that follows the query)."""
 
-    __slots__ = ("fwd", "fwd_chosen", "rewritten")
+    __slots__ = ("fwd", "fwd_chosen", "rewritten", "search", "searching")
 
-    def __init__(self) -> None:
+    def __init__(self, searching: bool) -> None:
         self.rewritten: Rewritten | None = None
         self.fwd: ForwardState | None = None
         self.fwd_chosen = False  # `fwd` is the forward for the query (the tunnel step chose it)
+        self.searching = searching  # a client's query, not a try of a walk already under way
+        self.search: Search | None = None
 
 
 class Zone:
@@ -84,6 +90,10 @@ class Zone:
         self.private = PrivateFilter(spec) if spec is not None else None
         self.local = Local(block) if steps_of(block) else None  # rewrite, template, hosts
         self.turn: int | None = 0 if block.uses(directives.LOADBALANCE) else None  # rotations so far
+        spec_of_path = block[directives.AUTOPATH]
+        self.autopath = AutoPath(spec_of_path.zones or block.zones, spec_of_path.search) \
+            if spec_of_path is not None else None
+        self.guard: NameGuard | None = guard_for(block, self.tunnel is not None, None)
         # How each reply the block keeps is rewritten (`minimal`, `loadbalance`'s order).
         self.reshapes = tuple(d.reshape for d in directives.REGISTRY
                               if d.reshape is not None and block.uses(d))
@@ -103,6 +113,12 @@ class Zone:
     def name(self) -> str:
         return self.block.zones[0]
 
+    def know_pod(self, pod: Pod | None) -> None:
+        """What the server knows of its pod (the search list, the names that must not leave
+        their zone), given after every load: which guards apply here is decided now."""
+        self.guard = guard_for(self.block, self.tunnel is not None, pod)
+        self.steps = steps_for(self)
+
     @property
     def loop_error(self) -> str | None:
         """Why the zone loops, while a forwarding loop is known (`self.loop` decides)."""
@@ -113,16 +129,17 @@ class Zone:
 
     # -- a query: begin, depart (then its flight: flight.py), finish ---------------------------
 
-    def begin(self, q: wire.Query, now: float) -> Answer | Forward:
+    def begin(self, q: wire.Query, now: float, searching: bool = True) -> Answer | Forward | Search:
         """The answer now, or the upstream exchange to make: what the zone knows at once
-        (`known`), else the rest of the block's steps in order (`walk`)."""
+        (`known`), else the rest of the block's steps in order (`walk`). `searching` False:
+        `q` is a try of a search walk under way (search.py), which starts none of its own."""
         known = self.known(q, now)
         if known is not None:
             self.stats.cache_hits += 1
             if known.entry[16]:  # entries.KINDS: a denial or SERVFAIL entry
                 self.stats.denial_hits += 1
             return Answer(known.reply, known.refresh)
-        return self.walk(q, now)
+        return self.walk(q, now, searching)
 
     def known(self, q: wire.Query, now: float) -> Known | None:
         """The step the UDP hot path runs for every datagram, and `begin` first: a fresh cache
@@ -157,14 +174,18 @@ class Zone:
         return Known(out, entry, ttl, held, turns, refresh,
                      self.replay_local if held is not None else self.replay_cached)
 
-    def walk(self, q: wire.Query, now: float) -> Answer | Forward:
-        """The block's steps after what `known` answers, in the registry's order."""
-        walk = _Walk()
+    def walk(self, q: wire.Query, now: float, searching: bool = True) -> Answer | Forward | Search:
+        """The block's steps after what `known` answers, in the registry's order; a `Search`
+        when `autopath` goes on with the client's walk after this query's own decision."""
+        walk = _Walk(searching)
         for step in self.steps:
             decided = step(self, q, now, walk)
             if decided is not None:
                 if self.turn is not None and isinstance(decided, Answer):
-                    return Answer(self.balanced(decided.reply), decided.refresh, decided.notes)
+                    decided = Answer(self.balanced(decided.reply), decided.refresh, decided.notes)
+                if walk.search is not None:
+                    walk.search.first = decided
+                    return walk.search
                 return decided
         raise AssertionError("the forward step decides every query")  # steps_for ends with it
 
@@ -175,6 +196,28 @@ class Zone:
             return Answer(local.render(made, q, self.cache))
         walk.rewritten = made
         return None
+
+    def _search_step(self, q: wire.Query, now: float, walk: _Walk) -> None:
+        if walk.searching and walk.rewritten is None and self.autopath is not None:
+            walk.search = self.autopath.tries(q, now)
+
+    def _guard_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
+        if self.guard is None or walk.rewritten is not None:
+            return None
+        out = self.guard.decide(q)
+        if out is None:
+            return None
+        self.keep(q, out, now)
+        return Answer(out)
+
+    def keep(self, q: wire.Query, out: bytes, now: float) -> None:
+        """Store a reply the zone made itself (a guard's, autopath's) in its cache, so that
+        the next client of the name is a hit on the hot path."""
+        if self.cache is None:
+            return
+        reply = replies.read_canonical(out)
+        if reply is not None:
+            self.cache.put(q.key, q.name, reply, now)
 
     def _loop_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
         looping = self.loop.returned(q)
@@ -356,6 +399,8 @@ class Zone:
 # them, in the same order).
 _STEPS: dict[str, Step] = {
     directives.LOCAL_STEP: Zone._local_step,
+    directives.SEARCH_STEP: Zone._search_step,
+    directives.GUARD_STEP: Zone._guard_step,
     directives.LOOP_STEP: Zone._loop_step,
     directives.TUNNEL_STEP: Zone._tunnel_step,
     directives.FORWARD_STEP: Zone._forward_step,
@@ -368,7 +413,9 @@ _ALWAYS = (directives.LOOP_STEP, directives.FORWARD_STEP)
 def steps_for(zone: Zone) -> tuple[Step, ...]:
     """The zone's steps, in the registry's order: each once, only those its block uses."""
     block = zone.block
+    guarded = zone.guard is not None  # the guards that apply were chosen at load (names.py)
     chosen = [_STEPS[d.step] for d in directives.REGISTRY if d.step in _STEPS
-              and (d.step in _ALWAYS or block.uses(d))]
+              and (d.step in _ALWAYS or (d.step == directives.GUARD_STEP and guarded)
+                   or (d.step != directives.GUARD_STEP and block.uses(d)))]
     return tuple(dict.fromkeys(chosen))
 

@@ -1,0 +1,175 @@
+"""`autopath`, `k8s_schema`, the search-suffix leak guard and `filter_aaaa`, served in process
+over real UDP and TCP sockets on loopback, with fake upstreams (kube-dns, the catch-all, the
+tunnel's DNS) that count what they are asked: the pod's search list comes from a resolv.conf
+written by the test, as the kubelet writes it from the pod's dnsConfig."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dns.message
+import dns.rcode
+import dns.rdatatype
+import pytest
+
+from splitdns import config
+from splitdns.errors import ConfigError
+from tests.helpers import query, reply
+from tests.support.inprocess import FakeUpstream, run, serving
+
+SEARCH = "default.svc.cluster.local svc.cluster.local cluster.local us-east-1.compute.internal"
+KUBE = {"web.default.svc.cluster.local.": "10.96.0.20", "kube-dns.kube-system.svc.cluster.local.": "10.96.0.10"}
+PUBLIC = {"api.stripe.com.": "192.0.2.80", "ip-10-0-0-7.us-east-1.compute.internal.": "10.0.0.7"}
+PRIVATE = {"db.svc.acme.internal.": "10.8.0.5"}
+
+
+def _server(records: dict[str, str], zone: str) -> FakeUpstream:
+    soa = f"{zone} 30 IN SOA ns.{zone} hostmaster.{zone} 1 7200 1800 86400 30" if zone != "." else \
+        ". 30 IN SOA a.root-servers.net. nstld.verisign-grs.com. 1 1800 900 604800 30"
+
+    def handle(q: dns.message.Message) -> dns.message.Message:
+        name = q.question[0].name.to_text().lower()
+        rdtype = q.question[0].rdtype
+        if name in records:
+            if rdtype == dns.rdatatype.A:
+                return reply(q, f"{name} 60 IN A {records[name]}")
+            return reply(q, authority=(soa,))
+        return reply(q, rcode=dns.rcode.NXDOMAIN, authority=(soa,))
+    return FakeUpstream(handle)
+
+
+def _corefile(resolv: Path, kube: FakeUpstream, public: FakeUpstream, private: FakeUpstream,
+              extra: str = "") -> str:
+    return (f"cluster.local {{\n autopath {resolv}\n k8s_schema\n cache 30\n forward . {kube.target}\n}}\n"
+            f"svc.acme.internal {{\n filter_aaaa\n cache 30\n forward . {private.target}\n{extra}}}\n"
+            f". {{\n cache 30\n forward . {public.target}\n}}\n")
+
+
+def _resolv(tmp_path: Path, search: str = SEARCH) -> Path:
+    path = tmp_path / "resolv.conf"
+    path.write_text(f"nameserver 127.0.0.1\nsearch {search}\noptions ndots:5\n")
+    return path
+
+
+def _lookup(tmp_path: Path, asks: list[tuple[str, str]], extra: str = ""
+            ) -> tuple[list[dns.message.Message | None], dict[str, list[str]]]:
+    async def scenario() -> tuple[list[dns.message.Message | None], dict[str, list[str]]]:
+        kube, public = _server(KUBE, "cluster.local."), _server(PUBLIC, ".")
+        kube.addr, public.addr = "127.0.0.21", "127.0.0.22"
+        private = _server(PRIVATE, "svc.acme.internal.")
+        private.addr = "127.0.0.23"
+        async with kube, public, private, \
+                serving(_corefile(_resolv(tmp_path), kube, public, private, extra)) as srv:
+            got = [await srv.ask(query(name, rdtype, edns=0)) for name, rdtype in asks]
+            return got, {"kube": kube.names(), "public": public.names(), "private": private.names()}
+    return run(scenario)
+
+
+def _records(msg: dns.message.Message | None) -> list[str]:
+    assert msg is not None
+    return [f"{r.name} {dns.rdatatype.to_text(r.rdtype)} {rd}" for r in msg.answer for rd in r]
+
+
+def test_a_short_name_found_in_the_first_domain_costs_one_query(tmp_path: Path) -> None:
+    (got,), asked = _lookup(tmp_path, [("web.default.svc.cluster.local", "A")])
+    assert _records(got) == ["web.default.svc.cluster.local. A 10.96.0.20"]
+    assert asked == {"kube": ["web.default.svc.cluster.local."], "public": [], "private": []}
+
+
+def test_a_public_name_is_answered_on_the_first_try_with_a_cname(tmp_path: Path) -> None:
+    """The client's first try, api.stripe.com.default.svc.cluster.local, gets the answer of
+    api.stripe.com under a CNAME; only the one try the schema allows reaches kube-dns."""
+    (got,), asked = _lookup(tmp_path, [("api.stripe.com.default.svc.cluster.local", "A")])
+    assert got is not None and got.rcode() == dns.rcode.NOERROR
+    assert _records(got) == ["api.stripe.com.default.svc.cluster.local. CNAME api.stripe.com.",
+                             "api.stripe.com. A 192.0.2.80"]
+    assert got.question[0].name.to_text() == "api.stripe.com.default.svc.cluster.local."
+    assert asked["kube"] == ["api.stripe.com.svc.cluster.local."]  # `com` could be a namespace
+    assert asked["public"] == ["api.stripe.com.us-east-1.compute.internal.", "api.stripe.com."]
+
+
+def test_a_private_name_never_leaves_its_tunnel_with_a_suffix(tmp_path: Path) -> None:
+    (got,), asked = _lookup(tmp_path, [("db.svc.acme.internal.default.svc.cluster.local", "A")])
+    assert _records(got) == ["db.svc.acme.internal.default.svc.cluster.local. CNAME db.svc.acme.internal.",
+                             "db.svc.acme.internal. A 10.8.0.5"]
+    assert asked == {"kube": [], "public": [], "private": ["db.svc.acme.internal."]}
+
+
+def test_every_try_of_a_walk_the_client_makes_itself_is_answered_here(tmp_path: Path) -> None:
+    """Without autopath's help (a client that walks on), the suffixed private names and the
+    names the schema rules out are NXDOMAIN here with an SOA, never forwarded."""
+    names = ["db.svc.acme.internal.svc.cluster.local", "db.svc.acme.internal.cluster.local",
+             "db.svc.acme.internal.us-east-1.compute.internal", "x.y.z.w.v.svc.cluster.local"]
+    got, asked = _lookup(tmp_path, [(n, "A") for n in names])
+    for msg in got:
+        assert msg is not None and msg.rcode() == dns.rcode.NXDOMAIN
+        assert [r.rdtype for r in msg.authority] == [dns.rdatatype.SOA]
+        assert msg.authority[0].ttl == 5
+    assert got[0].authority[0].name.to_text() == "cluster.local."
+    assert got[2].authority[0].name.to_text() == "us-east-1.compute.internal."
+    assert asked == {"kube": [], "public": [], "private": []}
+
+
+def test_names_that_could_exist_are_asked(tmp_path: Path) -> None:
+    """RFC 8020: an empty non-terminal and names the schema allows go to kube-dns."""
+    names = ["default.svc.cluster.local", "api.stripe.com.svc.cluster.local",
+             "_https._tcp.kubernetes.default.svc.cluster.local", "10-0-0-1.default.pod.cluster.local",
+             "dns-version.cluster.local"]
+    _, asked = _lookup(tmp_path, [(n, "A") for n in names])
+    assert asked["kube"] == [n + "." for n in names]
+
+
+def test_a_and_aaaa_end_on_the_same_name(tmp_path: Path) -> None:
+    got, asked = _lookup(tmp_path, [("ip-10-0-0-7.default.svc.cluster.local", "A"),
+                                    ("ip-10-0-0-7.default.svc.cluster.local", "AAAA")])
+    assert _records(got[0])[0] == ("ip-10-0-0-7.default.svc.cluster.local. CNAME "
+                                   "ip-10-0-0-7.us-east-1.compute.internal.")
+    assert got[1] is not None and got[1].rcode() == dns.rcode.NOERROR and not got[1].answer
+    assert asked["public"] == ["ip-10-0-0-7.us-east-1.compute.internal."] * 2
+
+
+def test_every_try_nxdomain_gives_the_first_reply(tmp_path: Path) -> None:
+    (got,), _ = _lookup(tmp_path, [("nothere.default.svc.cluster.local", "A")])
+    assert got is not None and got.rcode() == dns.rcode.NXDOMAIN
+    assert got.question[0].name.to_text() == "nothere.default.svc.cluster.local."
+
+
+def test_an_autopath_answer_is_a_cache_hit_the_second_time(tmp_path: Path) -> None:
+    got, asked = _lookup(tmp_path, [("api.stripe.com.default.svc.cluster.local", "A")] * 2)
+    assert _records(got[0]) == _records(got[1])
+    assert asked["public"].count("api.stripe.com.") == 1
+
+
+def test_filter_aaaa_answers_nodata_in_its_zone_only(tmp_path: Path) -> None:
+    got, asked = _lookup(tmp_path, [("db.svc.acme.internal", "AAAA"), ("api.stripe.com", "AAAA")])
+    assert got[0] is not None and got[0].rcode() == dns.rcode.NOERROR and not got[0].answer
+    assert got[0].authority[0].name.to_text() == "svc.acme.internal."
+    assert asked["private"] == [] and asked["public"] == ["api.stripe.com."]
+
+
+def test_schema_guard_stays_off_beside_template(tmp_path: Path) -> None:
+    resolv = _resolv(tmp_path)
+    conf = config.loads(f"cluster.local {{\n autopath {resolv}\n k8s_schema\n"
+                        " template IN A cluster.local {\n  answer \"{{ .Name }} 60 IN A 192.0.2.1\"\n"
+                        "  fallthrough\n }\n forward . 127.0.0.21\n}\n")
+    from splitdns.core.names import pod_of, schema_off
+    why = schema_off(conf.blocks[0], pod_of(conf.blocks))
+    assert why is not None and "template" in why
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("autopath @kubernetes", "own pod's search list"),
+    ("autopath /nonexistent/resolv.conf", "cannot read /nonexistent/resolv.conf"),
+    ("autopath", "wrong number of arguments"),
+])
+def test_autopath_errors_name_the_line(text: str, error: str) -> None:
+    with pytest.raises(ConfigError, match=error) as info:
+        config.loads(f"cluster.local {{\n {text}\n forward . 127.0.0.21\n}}\n")
+    assert "Corefile:2" in str(info.value)
+
+
+def test_a_resolv_conf_without_search_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "resolv.conf"
+    path.write_text("nameserver 127.0.0.1\n")
+    with pytest.raises(ConfigError, match="has no search list"):
+        config.loads(f"cluster.local {{\n autopath {path}\n forward . 127.0.0.21\n}}\n")
