@@ -18,7 +18,7 @@ from tests.helpers import query, reply
 from tests.support.inprocess import FakeUpstream, run, serving
 
 SEARCH = "default.svc.cluster.local svc.cluster.local cluster.local us-east-1.compute.internal"
-KUBE = {"web.default.svc.cluster.local.": "10.96.0.20", "kube-dns.kube-system.svc.cluster.local.": "10.96.0.10"}
+KUBE = {"web.default.svc.cluster.local.": "10.96.0.20"}
 PUBLIC = {"api.stripe.com.": "192.0.2.80", "ip-10-0-0-7.us-east-1.compute.internal.": "10.0.0.7"}
 PRIVATE = {"db.svc.acme.internal.": "10.8.0.5"}
 
@@ -168,8 +168,11 @@ def test_autopath_errors_name_the_line(text: str, error: str) -> None:
     assert "Corefile:2" in str(info.value)
 
 
-def test_a_resolv_conf_without_search_is_refused(tmp_path: Path) -> None:
+def test_a_resolv_conf_without_search_completes_nothing(tmp_path: Path) -> None:
+    """As CoreDNS: no search list, no walk (a pod's resolver must start whatever the file says)."""
     path = tmp_path / "resolv.conf"
     path.write_text("nameserver 127.0.0.1\n")
-    with pytest.raises(ConfigError, match="has no search list"):
-        config.loads(f"cluster.local {{\n autopath {path}\n forward . 127.0.0.21\n}}\n")
+    spec = config.loads(f"cluster.local {{\n autopath {path}\n forward . 127.0.0.21\n}}\n").blocks[0]
+    from splitdns import directives
+    autopath = spec[directives.AUTOPATH]
+    assert autopath is not None and autopath.search == ()

@@ -64,8 +64,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
 
-    p = commands.add_parser(
-        "serve", help="Run the resolver configured by a Corefile.",
+    p = commands.add_parser("serve", help="Run the resolver configured by a Corefile.",
         description="Run the resolver configured by a Corefile. Accepts CoreDNS's -conf and "
                     "-dns.port, so a pod spec written for CoreDNS works unchanged. Exit codes: "
                     "0 stopped cleanly, 1 could not start (port in use, ...), 2 bad Corefile, "
@@ -324,10 +323,13 @@ def _add_vpn(p: argparse.ArgumentParser) -> None:
                    help="The pod's VPN (default: the one the tunnel zones name, else openvpn). With "
                         "wireguard, the pod also gets a WireGuard sidecar running wg-quick from the "
                         "Secret wireguard-client (wg0.conf), with our resolvconf shim on its PATH.")
-    p.add_argument("--vpn-image", default="your-openvpn-client-image",
-                   help="The VPN client image: OpenVPN's in the full example, or the WireGuard sidecar's "
-                        "(wg-quick; wireguard-go without the kernel module; default "
-                        "your-wireguard-image then).")
+    p.add_argument("--vpn-image", default="your-openvpn-client-image", help="The VPN client image: "
+                   "OpenVPN's in the full example, or the WireGuard sidecar's (wg-quick; wireguard-go "
+                   "without the kernel module; default your-wireguard-image then).")
+    p.add_argument("--filter-aaaa", action="store_true", help="The tunnel carries no IPv6: its zones "
+                   "answer AAAA with NODATA (filter_aaaa) instead of handing out unreachable addresses.")
+    p.add_argument("--no-autopath", action="store_false", dest="autopath", help="Leave out autopath and "
+                   "k8s_schema: every try of the pod's search walk then goes upstream.")
 
 
 def _add_inject(commands: argparse._SubParsersAction[Parser]) -> None:

@@ -25,6 +25,8 @@ from splitdns.codec import wire
 
 if TYPE_CHECKING:
     from splitdns.config import Block
+    from splitdns.core.decisions import Answer
+    from splitdns.core.zone import Zone, _Walk
 
 SOA_TTL = 5  # CoreDNS's kubernetes plugin: its SOA's TTL and minimum
 SERIAL = 1
@@ -219,3 +221,18 @@ def guard_for(block: Block, tunnel: bool, pod: Pod | None) -> NameGuard | None:
                       block.uses(directives.FILTER_AAAA),
                       (wire.name_to_wire(z) for z in block.zones))
     return guard if guard.active else None
+
+
+def guard_step(zone: Zone, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
+    """The zone's step for `k8s_schema`, `filter_aaaa` and the leak guard (in the registry's
+    order, after `hosts`): the answer made here, kept in the cache for the next client."""
+    from splitdns.core.decisions import Answer
+
+    if zone.guard is None or walk.rewritten is not None:
+        return None
+    out = zone.guard.decide(q)
+    if out is None:
+        return None
+    if zone.cache is not None:
+        zone.cache.keep(q, out, now)
+    return Answer(out)

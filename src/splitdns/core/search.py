@@ -17,10 +17,14 @@ other from the catch-all. No sockets, no clock (`now` comes in), no logging.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from splitdns.codec import wire
 from splitdns.core.decisions import Answer, Forward
 from splitdns.core.names import under
+
+if TYPE_CHECKING:
+    from splitdns.core.zone import Zone, _Walk
 
 NXDOMAIN = 3
 MAX_NAME = 255
@@ -82,6 +86,13 @@ class AutoPath:
             self.saved += index  # the tries the client would have sent itself, one each
 
 
+def search_step(zone: Zone, q: wire.Query, now: float, walk: _Walk) -> None:
+    """The zone's step for `autopath` (where CoreDNS's plugin.cfg has it, after `rewrite`): a
+    client's first try starts a walk, which follows the query's own decision (`Zone.walk`)."""
+    if walk.searching and walk.rewritten is None and zone.autopath is not None:
+        walk.search = zone.autopath.tries(q, now)
+
+
 def is_nxdomain(reply: bytes) -> bool:
     return len(reply) > 3 and reply[3] & 0xF == NXDOMAIN
 
@@ -93,9 +104,9 @@ def answer(q: wire.Query, found: bytes, tried: wire.Query) -> bytes:
     import dns.flags
     import dns.message
     import dns.name
+    import dns.rdata
     import dns.rdataclass
     import dns.rdatatype
-    import dns.rdata
     import dns.rrset
 
     msg = dns.message.from_wire(found, ignore_trailing=True)

@@ -18,7 +18,6 @@ import dns.rcode
 
 from splitdns import directives
 from splitdns.codec import entries, wire
-from splitdns.codec import reply as replies
 from splitdns.core import local
 from splitdns.core.cache import Cache
 from splitdns.core.decisions import (
@@ -34,9 +33,9 @@ from splitdns.core.flight import Flight
 from splitdns.core.local import Local, Rewritten, steps_of
 from splitdns.core.loop import LoopGuard, LoopProbes
 from splitdns.core.metrics import ZoneStats
-from splitdns.core.names import NameGuard, Pod, guard_for
+from splitdns.core.names import NameGuard, Pod, guard_for, guard_step
 from splitdns.core.rebinding import PrivateFilter
-from splitdns.core.search import AutoPath, Search
+from splitdns.core.search import AutoPath, Search, search_step
 from splitdns.core.tunnel import TunnelState
 from splitdns.directives import loadbalance
 
@@ -196,28 +195,6 @@ class Zone:
             return Answer(local.render(made, q, self.cache))
         walk.rewritten = made
         return None
-
-    def _search_step(self, q: wire.Query, now: float, walk: _Walk) -> None:
-        if walk.searching and walk.rewritten is None and self.autopath is not None:
-            walk.search = self.autopath.tries(q, now)
-
-    def _guard_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
-        if self.guard is None or walk.rewritten is not None:
-            return None
-        out = self.guard.decide(q)
-        if out is None:
-            return None
-        self.keep(q, out, now)
-        return Answer(out)
-
-    def keep(self, q: wire.Query, out: bytes, now: float) -> None:
-        """Store a reply the zone made itself (a guard's, autopath's) in its cache, so that
-        the next client of the name is a hit on the hot path."""
-        if self.cache is None:
-            return
-        reply = replies.read_canonical(out)
-        if reply is not None:
-            self.cache.put(q.key, q.name, reply, now)
 
     def _loop_step(self, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
         looping = self.loop.returned(q)
@@ -399,8 +376,8 @@ class Zone:
 # them, in the same order).
 _STEPS: dict[str, Step] = {
     directives.LOCAL_STEP: Zone._local_step,
-    directives.SEARCH_STEP: Zone._search_step,
-    directives.GUARD_STEP: Zone._guard_step,
+    directives.SEARCH_STEP: search_step,
+    directives.GUARD_STEP: guard_step,
     directives.LOOP_STEP: Zone._loop_step,
     directives.TUNNEL_STEP: Zone._tunnel_step,
     directives.FORWARD_STEP: Zone._forward_step,

@@ -83,10 +83,7 @@ def read_resolv_conf(st: Statement, path: str, lines: list[str]) -> tuple[tuple[
                         raise ConfigError(st.where, f"autopath: {path} line {number}: "
                                                     f"{option!r} is not ndots:NUMBER")
                     ndots = min(int(value), 15)
-    search = [s for s in dict.fromkeys(search) if s != "."]
-    if not search:
-        raise ConfigError(st.where, f"autopath: {path} has no search list (no `search` line), so "
-                                    "there is no walk to complete")
+    search = [s for s in dict.fromkeys(search) if s != "."]  # none: nothing to complete, as CoreDNS
     if len(search) > MAX_SEARCH:
         raise ConfigError(st.where, f"autopath: {path} lists {len(search)} search domains; "
                                     f"at most {MAX_SEARCH}")

@@ -110,7 +110,8 @@ class Resolution:
                 now = self.clock()
                 zone.autopath.ended(walk, q, index, now)
                 reply = search.answer(q, out, tried)
-                zone.keep(q, reply, now)
+                if zone.cache is not None:
+                    zone.cache.keep(q, reply, now)
                 return reply
         if first is None:  # began later on a paired query's path, and every try is gone now
             first, _ = await self._carry(zone, q, walk.first, router)
