@@ -225,7 +225,8 @@ def guard_for(block: Block, tunnel: bool, pod: Pod | None) -> NameGuard | None:
 
 def guard_step(zone: Zone, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
     """The zone's step for `k8s_schema`, `filter_aaaa` and the leak guard (in the registry's
-    order, after `hosts`): the answer made here, kept in the cache for the next client."""
+    order, after the tunnel's state: a tunnel that is down fails AAAA as it fails A, so a
+    client retries both): the answer made here, kept in the cache for the next client."""
     from splitdns.core.decisions import Answer
 
     if zone.guard is None or walk.rewritten is not None:

@@ -99,11 +99,12 @@ WIREGUARD = Once("wireguard", wireguard.parse, step=TUNNEL_STEP, stored=True, co
 # `forward`'s parser also takes whether to read resolv.conf files (config.build).
 FORWARD = Repeated("forward", forward.parse, step=FORWARD_STEP, stored=True)
 
-# The per-query order: CoreDNS's plugin.cfg among the directives we share, ours where they act.
+# The per-query order: CoreDNS's plugin.cfg among the directives we share, ours where they act
+# (the guards after the tunnel's state: a tunnel zone that is down answers every type alike).
 REGISTRY: tuple[Directive[object], ...] = (
     RELOAD, BIND, LIMITS, READY, HEALTH, PROMETHEUS, ERRORS, LOG, LOADBALANCE, CACHE, REWRITE,
-    AUTOPATH, MINIMAL, TEMPLATE, HOSTS, K8S_SCHEMA, FILTER_AAAA, LOOP, PRIVATE_ADDRESSES, OPENVPN,
-    WIREGUARD, FORWARD,
+    AUTOPATH, MINIMAL, TEMPLATE, HOSTS, LOOP, PRIVATE_ADDRESSES, OPENVPN, WIREGUARD, K8S_SCHEMA,
+    FILTER_AAAA, FORWARD,
 )
 BY_NAME: dict[str, Directive[object]] = {d.name: d for d in REGISTRY}
 SUPPORTED = tuple(sorted(BY_NAME))
