@@ -54,7 +54,8 @@ def test_every_lookup_costs_what_its_name_needs_and_no_private_name_leaves(tmp_p
         pytest.skip("musl-gcc is missing (musl-tools, in the Makefile's DEBIAN_PACKAGES)")
     with walk_lab(tmp_path, all_names()) as lab:
         for client in CLIENTS:
-            def look(name: str, mark: str, client: str = client) -> tuple[int, list[str], dict[str, list[str]]]:
+            def look(name: str, mark: str,
+                     client: str = client) -> tuple[int, list[str], dict[str, list[str]]]:
                 before = lab.asked()
                 code, out = lab.lookup(client, name)
                 return code, out, cost(before, lab.asked(), mark)
