@@ -15,7 +15,7 @@ import pytest
 from splitdns import config
 from splitdns.errors import ConfigError
 from tests.helpers import query, reply
-from tests.support.inprocess import FakeUpstream, run, serving
+from tests.support.inprocess import FakeUpstream, free_port, run, scrape, serving
 
 SEARCH = "default.svc.cluster.local svc.cluster.local cluster.local us-east-1.compute.internal"
 KUBE = {"web.default.svc.cluster.local.": "10.96.0.20"}
@@ -39,10 +39,10 @@ def _server(records: dict[str, str], zone: str) -> FakeUpstream:
 
 
 def _corefile(resolv: Path, kube: FakeUpstream, public: FakeUpstream, private: FakeUpstream,
-              extra: str = "") -> str:
+              root: str = "") -> str:
     return (f"cluster.local {{\n autopath {resolv}\n k8s_schema\n cache 30\n forward . {kube.target}\n}}\n"
-            f"svc.acme.internal {{\n filter_aaaa\n cache 30\n forward . {private.target}\n{extra}}}\n"
-            f". {{\n cache 30\n forward . {public.target}\n}}\n")
+            f"svc.acme.internal {{\n filter_aaaa\n cache 30\n forward . {private.target}\n}}\n"
+            f". {{\n cache 30\n forward . {public.target}\n{root}}}\n")
 
 
 def _resolv(tmp_path: Path, search: str = SEARCH) -> Path:
@@ -51,17 +51,29 @@ def _resolv(tmp_path: Path, search: str = SEARCH) -> Path:
     return path
 
 
-def _lookup(tmp_path: Path, asks: list[tuple[str, str]], extra: str = ""
-            ) -> tuple[list[dns.message.Message | None], dict[str, list[str]]]:
-    async def scenario() -> tuple[list[dns.message.Message | None], dict[str, list[str]]]:
+Asked = dict[str, list[str]]
+
+
+def _lookup(tmp_path: Path, asks: list[tuple[str, str]]) -> tuple[list[dns.message.Message | None], Asked]:
+    got, asked, _ = _lookup_counted(tmp_path, asks, metrics=False)
+    return got, asked
+
+
+def _lookup_counted(tmp_path: Path, asks: list[tuple[str, str]], metrics: bool = True
+                    ) -> tuple[list[dns.message.Message | None], Asked, dict[str, float]]:
+    mport = free_port("127.0.0.1")
+
+    async def scenario() -> tuple[list[dns.message.Message | None], Asked, dict[str, float]]:
         kube, public = _server(KUBE, "cluster.local."), _server(PUBLIC, ".")
         kube.addr, public.addr = "127.0.0.21", "127.0.0.22"
         private = _server(PRIVATE, "svc.acme.internal.")
         private.addr = "127.0.0.23"
+        root = f" prometheus 127.0.0.1:{mport}\n" if metrics else ""
         async with kube, public, private, \
-                serving(_corefile(_resolv(tmp_path), kube, public, private, extra)) as srv:
+                serving(_corefile(_resolv(tmp_path), kube, public, private, root), runtime=metrics) as srv:
             got = [await srv.ask(query(name, rdtype, edns=0)) for name, rdtype in asks]
-            return got, {"kube": kube.names(), "public": public.names(), "private": private.names()}
+            scraped = await scrape(mport) if metrics else {}
+            return got, {"kube": kube.names(), "public": public.names(), "private": private.names()}, scraped
     return run(scenario)
 
 
@@ -176,3 +188,17 @@ def test_a_resolv_conf_without_search_completes_nothing(tmp_path: Path) -> None:
     from splitdns import directives
     autopath = spec[directives.AUTOPATH]
     assert autopath is not None and autopath.search == ()
+
+
+def test_what_the_search_list_saved_is_counted_per_zone(tmp_path: Path) -> None:
+    _, _, seen = _lookup_counted(tmp_path, [
+        ("api.stripe.com.default.svc.cluster.local", "A"),          # found as the name itself: 4 tries saved
+        ("db.svc.acme.internal.us-east-1.compute.internal", "A"),   # a leak, answered here
+        ("a.b.c.d.e.svc.cluster.local", "A"),                       # ruled out by the schema
+        ("db.svc.acme.internal", "AAAA"),                           # filtered
+    ])
+    assert seen['splitdns_autopath_success_total{zone="cluster.local."}'] == 1
+    assert seen['splitdns_autopath_queries_saved_total{zone="cluster.local."}'] == 4
+    assert seen['splitdns_search_leaks_prevented_total{zone="."}'] == 1
+    assert seen['splitdns_k8s_schema_answers_total{zone="cluster.local."}'] >= 2
+    assert seen['splitdns_filtered_aaaa_total{zone="svc.acme.internal."}'] == 1

@@ -99,14 +99,14 @@ class NameGuard:
 
     def __init__(self, soa: bytes, clusters: Iterable[bytes] = (), suffixes: Iterable[bytes] = (),
                  protected: set[bytes] | None = None, no_ipv6: bool = False,
-                 own: Iterable[bytes] = ()) -> None:
+                 own: Iterable[bytes] = (), counts: dict[str, int] | None = None) -> None:
         self.soa = soa
         self.clusters = tuple(clusters)
         self.suffixes = tuple(suffixes) if protected is not None else ()
         self.protected = protected if protected is not None else set()
         self.own = frozenset(own)  # the zone's own names: a try that stays here leaks nothing
         self.no_ipv6 = no_ipv6
-        self.counts = {LEAK: 0, IMPOSSIBLE: 0, NO_IPV6: 0}
+        self.counts = counts if counts is not None else {LEAK: 0, IMPOSSIBLE: 0, NO_IPV6: 0}
 
     @property
     def active(self) -> bool:
@@ -210,7 +210,8 @@ def schema_zones(block: Block) -> tuple[str, ...]:
     return (spec.zones or block.zones) if spec is not None else ()
 
 
-def guard_for(block: Block, tunnel: bool, pod: Pod | None) -> NameGuard | None:
+def guard_for(block: Block, tunnel: bool, pod: Pod | None,
+              counts: dict[str, int] | None = None) -> NameGuard | None:
     """The guards that apply to a zone, decided once: None when none does (no step then)."""
     soa = wire.name_to_wire(block.zones[0])
     clusters = () if schema_off(block, pod) else tuple(wire.name_to_wire(z) for z in schema_zones(block))
@@ -219,7 +220,7 @@ def guard_for(block: Block, tunnel: bool, pod: Pod | None) -> NameGuard | None:
                       (wire.name_to_wire(s) for s in pod.search) if pod is not None else (),
                       pod.protected if leaks and pod is not None else None,
                       block.uses(directives.FILTER_AAAA),
-                      (wire.name_to_wire(z) for z in block.zones))
+                      (wire.name_to_wire(z) for z in block.zones), counts)
     return guard if guard.active else None
 
 

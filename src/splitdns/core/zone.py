@@ -92,7 +92,7 @@ class Zone:
         spec_of_path = block[directives.AUTOPATH]
         self.autopath = AutoPath(spec_of_path.zones or block.zones, spec_of_path.search) \
             if spec_of_path is not None else None
-        self.guard: NameGuard | None = guard_for(block, self.tunnel is not None, None)
+        self.guard: NameGuard | None = guard_for(block, self.tunnel is not None, None, self.stats.guarded)
         # How each reply the block keeps is rewritten (`minimal`, `loadbalance`'s order).
         self.reshapes = tuple(d.reshape for d in directives.REGISTRY
                               if d.reshape is not None and block.uses(d))
@@ -115,7 +115,7 @@ class Zone:
     def know_pod(self, pod: Pod | None) -> None:
         """What the server knows of its pod (the search list, the names that must not leave
         their zone), given after every load: which guards apply here is decided now."""
-        self.guard = guard_for(self.block, self.tunnel is not None, pod)
+        self.guard = guard_for(self.block, self.tunnel is not None, pod, self.stats.guarded)
         self.steps = steps_for(self)
 
     @property
