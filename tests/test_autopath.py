@@ -202,3 +202,13 @@ def test_what_the_search_list_saved_is_counted_per_zone(tmp_path: Path) -> None:
     assert seen['splitdns_search_leaks_prevented_total{zone="."}'] == 1
     assert seen['splitdns_k8s_schema_answers_total{zone="cluster.local."}'] >= 2
     assert seen['splitdns_filtered_aaaa_total{zone="svc.acme.internal."}'] == 1
+
+
+def test_check_says_why_k8s_schema_stays_off(tmp_path: Path) -> None:
+    from splitdns.kube import lint
+
+    path = tmp_path / "Corefile"
+    path.write_text("cluster.local {\n k8s_schema\n hosts {\n  10.0.0.1 a.cluster.local\n  fallthrough\n }\n"
+                    " forward . 10.96.0.10\n}\n. {\n forward . 10.96.0.10\n}\n")
+    found = [(f.line, f.code) for f in lint.check([str(path)], lint.Options())]
+    assert found == [(1, "SD114")]
