@@ -141,6 +141,7 @@ BENCH_ARGS ?=
 .PHONY: bench deps-bench
 bench: deps-bench $(VENV)/.bench-installed
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+	$(BIN)/python -m bench.search_walk
 
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,webhook,bench,top]'

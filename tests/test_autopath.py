@@ -212,3 +212,31 @@ def test_check_says_why_k8s_schema_stays_off(tmp_path: Path) -> None:
                     " forward . 10.96.0.10\n}\n. {\n forward . 10.96.0.10\n}\n")
     found = [(f.line, f.code) for f in lint.check([str(path)], lint.Options())]
     assert found == [(1, "SD114")]
+
+
+def test_a_reload_reads_the_search_list_again(tmp_path: Path) -> None:
+    """The resolv.conf is read at each load: after a reload with another search list, the walk
+    follows the new one (and the block's cache, which holds walks of the old one, starts afresh)."""
+    async def scenario() -> tuple[list[str], list[str]]:
+        kube, public = _server(KUBE, "cluster.local."), _server(PUBLIC, ".")
+        kube.addr, public.addr = "127.0.0.21", "127.0.0.22"
+        private = _server(PRIVATE, "svc.acme.internal.")
+        private.addr = "127.0.0.23"
+        resolv = _resolv(tmp_path, "default.svc.cluster.local svc.cluster.local cluster.local")
+        async with kube, public, private:
+            text = _corefile(resolv, kube, public, private)
+            return await reloaded(text, resolv, public)
+
+    async def reloaded(text: str, resolv: Path, public: FakeUpstream) -> tuple[list[str], list[str]]:
+        async with serving(text) as srv:
+            await srv.ask(query("ip-10-0-0-7.default.svc.cluster.local", edns=0))
+            first = list(public.names())
+            resolv.write_text(f"search {SEARCH}\n")
+            await srv.server.swap(config.loads(text, default_port=srv.port))
+            got = await srv.ask(query("ip-10-0-0-7.default.svc.cluster.local", edns=0))
+            assert got is not None
+            assert _records(got)[0].endswith("CNAME ip-10-0-0-7.us-east-1.compute.internal.")
+            return first, public.names()[len(first):]
+    before, after = run(scenario)
+    assert before == ["ip-10-0-0-7."]
+    assert after == ["ip-10-0-0-7.us-east-1.compute.internal."]

@@ -56,9 +56,9 @@ def rendered(autopath: bool) -> tuple[str, str]:
     return corefile, resolv
 
 
-def rules(names: dict[str, str]) -> list[dict[str, Any]]:
+def rules(names: dict[str, str], delay_ms: float = 0) -> list[dict[str, Any]]:
     """A stand-in that has these names (name -> IPv4 address; each has an IPv6 one too) and
-    denies every other with its zone's SOA."""
+    denies every other with its zone's SOA, each reply after `delay_ms`."""
     out: list[dict[str, Any]] = []
     for name, address in names.items():
         v6 = "2001:db8::" + address.rsplit(".", 1)[1]
@@ -67,6 +67,9 @@ def rules(names: dict[str, str]) -> list[dict[str, Any]]:
                 {"qname": name, "authority": [f"{name} 60 IN SOA ns.{name} h.{name} 1 2 3 4 60"]}]
     out.append({"suffix": ".", "rcode": "NXDOMAIN",
                 "authority": [". 60 IN SOA a.root-servers.net. nstld.verisign-grs.com. 1 2 3 4 60"]})
+    if delay_ms:
+        for rule in out:
+            rule["delay_ms"] = delay_ms
     return out
 
 
@@ -90,6 +93,13 @@ class WalkLab:
         if client == "getent":  # "ADDR STREAM name", once per socket type
             lines = sorted({line.split()[0] for line in lines if line.strip()})
         return proc.returncode, sorted(line for line in lines if line)
+
+    def client_queries(self) -> int:
+        """The queries splitdns was sent so far (its /metrics, on the pod's loopback)."""
+        script = ("import urllib.request\nt = urllib.request.urlopen('http://127.0.0.1:9153/metrics', "
+                  "timeout=5).read().decode()\nprint(sum(float(x.rsplit(' ', 1)[1]) for x in t.splitlines() "
+                  "if x.startswith('coredns_dns_requests_total{')))")
+        return int(float(ns_run(self.ns, [sys.executable, "-c", script], timeout=15).strip()))
 
     def asked(self) -> dict[str, list[str]]:
         """Every query name (and type) each stand-in got so far, oldest first."""
@@ -130,9 +140,12 @@ def _wait(what: str, lab: WalkLab, check: list[str], seen: str = "", seconds: fl
 
 
 @contextlib.contextmanager
-def walk_lab(workdir: Path, names: dict[str, dict[str, str]], autopath: bool = True) -> Iterator[WalkLab]:
+def walk_lab(workdir: Path, names: dict[str, dict[str, str]], autopath: bool = True,
+             ndots: int | None = None, delay_ms: float = 0) -> Iterator[WalkLab]:
     """The pod, its resolver (with or without `autopath` and `k8s_schema`) and the stand-ins,
-    which know `names` (role -> name -> address); everything is removed on the way out."""
+    which know `names` (role -> name -> address) and answer after `delay_ms`; `ndots` replaces
+    the rendered resolv.conf's (CoreDNS's documented workaround, ndots:1). Everything is
+    removed on the way out."""
     with state.locked():
         state.cleanup_stale()
         record = state.new_record(manual=False)
@@ -143,6 +156,9 @@ def walk_lab(workdir: Path, names: dict[str, dict[str, str]], autopath: bool = T
     lab = WalkLab(workdir, ns)
     try:
         corefile, resolv = rendered(autopath)
+        if ndots is not None:
+            resolv = "".join(line if not line.startswith("options") else f"options ndots:{ndots}\n"
+                             for line in resolv.splitlines(keepends=True))
         corefile = corefile.replace("management 127.0.0.1:7505", f"state {workdir / 'openvpn.json'}")
         (state.ETC_NETNS / ns).mkdir(parents=True, exist_ok=True)
         (state.ETC_NETNS / ns / "resolv.conf").write_text(resolv)
@@ -151,7 +167,7 @@ def walk_lab(workdir: Path, names: dict[str, dict[str, str]], autopath: bool = T
         run(["ip", "-n", ns, "link", "set", "lo", "up"])
         for role, addr in UPSTREAMS.items():
             script = workdir / f"{role}.json"
-            script.write_text(json.dumps(rules(names.get(role, {}))))
+            script.write_text(json.dumps(rules(names.get(role, {}), delay_ms)))
             lab.logs[role] = workdir / f"{role}.jsonl"
             _start(lab, role, [sys.executable, "-m", "tests.support.scripted_upstream", "--addr", addr,
                                "--port", "53", "--script", str(script), "--log", str(lab.logs[role]),
