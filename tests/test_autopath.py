@@ -5,6 +5,7 @@ written by the test, as the kubelet writes it from the pod's dnsConfig."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import dns.message
@@ -240,3 +241,34 @@ def test_a_reload_reads_the_search_list_again(tmp_path: Path) -> None:
     before, after = run(scenario)
     assert before == ["ip-10-0-0-7."]
     assert after == ["ip-10-0-0-7.us-east-1.compute.internal."]
+
+
+def test_a_prefetch_never_asks_upstream_for_what_is_made_here(tmp_path: Path) -> None:
+    """`prefetch` refreshes popular entries near expiry from upstream; an autopath walk's answer
+    and a guard's are made here: refreshing them would send a name the schema rules out to
+    kube-dns and put the first try's NXDOMAIN in place of the walk's answer."""
+    from tests.support.inprocess import FakeClock
+
+    async def scenario() -> tuple[list[dns.message.Message | None], list[str]]:
+        kube, public = _server(KUBE, "cluster.local."), _server(PUBLIC, ".")
+        kube.addr, public.addr = "127.0.0.21", "127.0.0.22"
+        private = _server(PRIVATE, "svc.acme.internal.")
+        private.addr = "127.0.0.23"
+        clock = FakeClock()
+        async with kube, public, private:
+            prefetching = "cache 30 {\n  prefetch 1 1m 90%\n }\n forward . 127.0.0.21"
+            text = _corefile(_resolv(tmp_path), kube, public, private).replace(
+                "cache 30\n forward . 127.0.0.21", prefetching)
+            async with serving(text, clock=clock) as srv:
+                got = []
+                for name in ("api.stripe.com.default.svc.cluster.local", "a.b.c.d.e.svc.cluster.local"):
+                    for _ in range(3):
+                        got.append(await srv.ask(query(name, edns=0)))
+                        clock.advance(2)
+                await asyncio.sleep(0.2)  # a prefetch would be under way now
+                return got, kube.names()
+    got, asked = run(scenario)
+    assert "api.stripe.com.default.svc.cluster.local." not in asked
+    assert "a.b.c.d.e.svc.cluster.local." not in asked
+    last = got[2]
+    assert last is not None and last.answer[0].rdtype == dns.rdatatype.CNAME

@@ -112,23 +112,27 @@ class NameGuard:
     def active(self) -> bool:
         return bool(self.clusters or self.suffixes or self.no_ipv6)
 
-    def decide(self, q: wire.Query) -> bytes | None:
-        """The reply to give here, or None to go on to the upstreams."""
+    def decide(self, q: wire.Query, count: bool = True) -> bytes | None:
+        """The reply to give here, or None to go on to the upstreams; counted unless `count`
+        is off (a question, not an answer)."""
         name = q.name
+        kind = out = None
         for suffix in self.suffixes:
             rest = under(name, suffix)
             if rest and self._protected(b"".join(bytes((len(x),)) + x for x in rest) + b"\x00"):
-                self.counts[LEAK] += 1
-                return denial(q, NXDOMAIN, self._owner(suffix))
-        for zone in self.clusters:
-            rest = under(name, zone)
-            if rest is not None and not schema_allows(rest):
-                self.counts[IMPOSSIBLE] += 1
-                return denial(q, NXDOMAIN, zone)
-        if self.no_ipv6 and q.qtype == T_AAAA:
-            self.counts[NO_IPV6] += 1
-            return denial(q, NOERROR, self.soa)
-        return None
+                kind, out = LEAK, denial(q, NXDOMAIN, self._owner(suffix))
+                break
+        if kind is None:
+            for zone in self.clusters:
+                rest = under(name, zone)
+                if rest is not None and not schema_allows(rest):
+                    kind, out = IMPOSSIBLE, denial(q, NXDOMAIN, zone)
+                    break
+        if kind is None and self.no_ipv6 and q.qtype == T_AAAA:
+            kind, out = NO_IPV6, denial(q, NOERROR, self.soa)
+        if kind is not None and count:
+            self.counts[kind] += 1
+        return out
 
     def _protected(self, name: bytes) -> bool:
         protected, own = self.protected, self.own
@@ -222,6 +226,13 @@ def guard_for(block: Block, tunnel: bool, pod: Pod | None,
                       block.uses(directives.FILTER_AAAA),
                       (wire.name_to_wire(z) for z in block.zones), counts)
     return guard if guard.active else None
+
+
+def made_here(zone: Zone, q: wire.Query, now: float) -> bool:
+    """Whether the zone makes its answer to `q` itself (a guard's, an autopath walk's): a
+    prefetch must not ask upstream for it, nor replace it with the first try's denial."""
+    return (zone.guard is not None and zone.guard.decide(q, count=False) is not None) or \
+        (zone.autopath is not None and zone.autopath.tries(q, now) is not None)
 
 
 def guard_step(zone: Zone, q: wire.Query, now: float, walk: _Walk) -> Answer | None:

@@ -33,7 +33,7 @@ from splitdns.core.flight import Flight
 from splitdns.core.local import Local, Rewritten, steps_of
 from splitdns.core.loop import LoopGuard, LoopProbes
 from splitdns.core.metrics import ZoneStats
-from splitdns.core.names import NameGuard, Pod, guard_for, guard_step
+from splitdns.core.names import NameGuard, Pod, guard_for, guard_step, made_here
 from splitdns.core.rebinding import PrivateFilter
 from splitdns.core.search import AutoPath, Search, search_step
 from splitdns.core.tunnel import TunnelState
@@ -237,8 +237,8 @@ class Zone:
     def prefetch(self, q: wire.Query, entry: Entry, now: float) -> Forward | None:
         """A popular entry close to its expiry: the exchange to refresh it in the background."""
         assert self.cache is not None
-        if not self.cache.prefetch_due(q.key, entry, now):
-            return None
+        if not self.cache.prefetch_due(q.key, entry, now) or made_here(self, q, now):
+            return None  # a guard's or an autopath walk's answer: asking upstream would undo it
         rewritten = None
         if self.local is not None:  # ask upstream what a miss would ask (rewrite)
             made = self.local.decide(q)
