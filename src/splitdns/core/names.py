@@ -18,15 +18,15 @@ import re
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from splitdns import directives
 from splitdns.codec import wire
 
 if TYPE_CHECKING:
     from splitdns.config import Block
+    from splitdns.core.cache import Cache
     from splitdns.core.decisions import Answer
-    from splitdns.core.zone import Zone, _Walk
 
 SOA_TTL = 5  # CoreDNS's kubernetes plugin: its SOA's TTL and minimum
 SERIAL = 1
@@ -228,14 +228,23 @@ def guard_for(block: Block, tunnel: bool, pod: Pod | None,
     return guard if guard.active else None
 
 
-def made_here(zone: Zone, q: wire.Query, now: float) -> bool:
-    """Whether the zone makes its answer to `q` itself (a guard's, an autopath walk's): a
-    prefetch must not ask upstream for it, nor replace it with the first try's denial."""
-    return (zone.guard is not None and zone.guard.decide(q, count=False) is not None) or \
-        (zone.autopath is not None and zone.autopath.tries(q, now) is not None)
+class Guarded(Protocol):
+    """What the guard step reads of a zone (core/zone.py's `Zone`)."""
+
+    @property
+    def guard(self) -> NameGuard | None: ...
+    @property
+    def cache(self) -> Cache | None: ...
 
 
-def guard_step(zone: Zone, q: wire.Query, now: float, walk: _Walk) -> Answer | None:
+class Walked(Protocol):
+    """What the guard step reads of a query's walk (core/zone.py's `_Walk`)."""
+
+    @property
+    def rewritten(self) -> object: ...
+
+
+def guard_step(zone: Guarded, q: wire.Query, now: float, walk: Walked) -> Answer | None:
     """The zone's step for `k8s_schema`, `filter_aaaa` and the leak guard (in the registry's
     order, after the tunnel's state: a tunnel that is down fails AAAA as it fails A, so a
     client retries both): the answer made here, kept in the cache for the next client."""

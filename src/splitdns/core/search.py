@@ -17,14 +17,11 @@ other from the catch-all. No sockets, no clock (`now` comes in), no logging.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from splitdns.codec import wire
 from splitdns.core.decisions import Answer, Forward
-from splitdns.core.names import under
-
-if TYPE_CHECKING:
-    from splitdns.core.zone import Zone, _Walk
+from splitdns.core.names import NameGuard, under
 
 NXDOMAIN = 3
 MAX_NAME = 255
@@ -86,7 +83,34 @@ class AutoPath:
             self.saved += index  # the tries the client would have sent itself, one each
 
 
-def search_step(zone: Zone, q: wire.Query, now: float, walk: _Walk) -> None:
+class Searching(Protocol):
+    """What the search step reads of a zone (core/zone.py's `Zone`)."""
+
+    @property
+    def autopath(self) -> AutoPath | None: ...
+    @property
+    def guard(self) -> NameGuard | None: ...
+
+
+class Walk(Protocol):
+    """What the search step reads and sets of a query's walk (core/zone.py's `_Walk`)."""
+
+    search: Search | None
+
+    @property
+    def searching(self) -> bool: ...
+    @property
+    def rewritten(self) -> object: ...
+
+
+def made_here(zone: Searching, q: wire.Query, now: float) -> bool:
+    """Whether the zone makes its answer to `q` itself (a guard's, an autopath walk's): a
+    prefetch must not ask upstream for it, nor replace it with the first try's denial."""
+    return (zone.guard is not None and zone.guard.decide(q, count=False) is not None) or \
+        (zone.autopath is not None and zone.autopath.tries(q, now) is not None)
+
+
+def search_step(zone: Searching, q: wire.Query, now: float, walk: Walk) -> None:
     """The zone's step for `autopath` (where CoreDNS's plugin.cfg has it, after `rewrite`): a
     client's first try starts a walk, which follows the query's own decision (`Zone.walk`)."""
     if walk.searching and walk.rewritten is None and zone.autopath is not None:

@@ -33,9 +33,9 @@ from splitdns.core.flight import Flight
 from splitdns.core.local import Local, Rewritten, steps_of
 from splitdns.core.loop import LoopGuard, LoopProbes
 from splitdns.core.metrics import ZoneStats
-from splitdns.core.names import NameGuard, Pod, guard_for, guard_step, made_here
+from splitdns.core.names import NameGuard, Pod, guard_for, guard_step
 from splitdns.core.rebinding import PrivateFilter
-from splitdns.core.search import AutoPath, Search, search_step
+from splitdns.core.search import AutoPath, Search, made_here, search_step
 from splitdns.core.tunnel import TunnelState
 from splitdns.directives import loadbalance
 
