@@ -272,3 +272,15 @@ def test_a_prefetch_never_asks_upstream_for_what_is_made_here(tmp_path: Path) ->
     assert "a.b.c.d.e.svc.cluster.local." not in asked
     last = got[2]
     assert last is not None and last.answer[0].rdtype == dns.rdatatype.CNAME
+
+
+def test_explain_says_a_name_the_schema_rules_out_is_answered_here(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from splitdns import cli
+
+    path = tmp_path / "Corefile"
+    path.write_text("cluster.local {\n k8s_schema\n forward . 10.96.0.10\n}\n")
+    assert cli.main(["explain", "x.svc.acme.internal.default.svc.cluster.local", "-conf", str(path)]) == 0
+    assert "answered here: NXDOMAIN" in capsys.readouterr().out
+    assert cli.main(["explain", "api.stripe.com.svc.cluster.local", "-conf", str(path)]) == 0
+    assert "answered here" not in capsys.readouterr().out  # it could exist: kube-dns is asked
