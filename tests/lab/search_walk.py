@@ -44,7 +44,7 @@ def rendered(autopath: bool) -> tuple[str, str]:
     """The Corefile and the pod's resolv.conf, as `splitdns render` writes them for this pod (the
     tunnel zone's state from the hook's file here: no OpenVPN runs in this lab)."""
     req = render.Request(zones=["svc.acme.internal=openvpn", f".={CATCH_ALL}"], cluster_dns=KUBE_DNS,
-                         filter_aaaa=True, autopath=autopath)
+                         filter_aaaa=True, no_autopath=not autopath)
     docs = [d for text in render.files(req).values() for d in yaml.safe_load_all(text) if d]
     corefile = next(d["data"]["Corefile"] for d in docs if d["kind"] == "ConfigMap")
     pod = next(d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Deployment")

@@ -328,7 +328,7 @@ def _add_vpn(p: argparse.ArgumentParser) -> None:
                    "without the kernel module; default your-wireguard-image then).")
     p.add_argument("--filter-aaaa", action="store_true", help="The tunnel carries no IPv6: its zones "
                    "answer AAAA with NODATA (filter_aaaa) instead of handing out unreachable addresses.")
-    p.add_argument("--no-autopath", action="store_false", dest="autopath", help="Leave out autopath and "
+    p.add_argument("--no-autopath", action="store_true", dest="no_autopath", help="Leave out autopath and "
                    "k8s_schema: every try of the pod's search walk then goes upstream.")
 
 

@@ -45,7 +45,7 @@ class Request:
     management: str = "127.0.0.1:7505"
     vpn: str | None = None            # openvpn or wireguard; None: what the tunnel zones name
     filter_aaaa: bool = False         # the tunnel zones answer AAAA with NODATA
-    autopath: bool = True             # the cluster block completes the pod's search walk
+    no_autopath: bool = False         # leave out autopath and k8s_schema (--no-autopath)
     output_dir: str | None = None
     webhook_namespace: str = "splitdns-system"
     reads_cluster: bool = True  # False for `splitdns webhook`, which has no --cluster-dns-from-cluster
@@ -139,7 +139,7 @@ def build_plan(req: Request) -> Plan:
                  else req.resolver, namespace=req.namespace, cluster_domain=req.cluster_domain,
                  ndots=req.ndots, management=req.management, cluster_wide=form == "cluster-wide",
                  reads_cluster=req.reads_cluster, vpn=req.vpn, filter_aaaa=req.filter_aaaa,
-                 autopath=req.autopath)
+                 autopath=not req.no_autopath)
 
 
 def run(req: Request, webhook_settings: WebhookSettings | None = None) -> int:
