@@ -284,3 +284,23 @@ def test_explain_says_a_name_the_schema_rules_out_is_answered_here(
     assert "answered here: NXDOMAIN" in capsys.readouterr().out
     assert cli.main(["explain", "api.stripe.com.svc.cluster.local", "-conf", str(path)]) == 0
     assert "answered here" not in capsys.readouterr().out  # it could exist: kube-dns is asked
+
+
+def test_render_writes_the_names_lines_and_its_flags_take_them_out() -> None:
+    from splitdns.commands import render
+
+    def corefile(**flags: bool) -> str:
+        req = render.Request(zones=["svc.acme.internal=openvpn"], cluster_dns="10.96.0.10", **flags)
+        return next(iter(render.files(req).values()))
+
+    default = corefile()
+    cluster = default[default.index("cluster.local:53 {"):]
+    assert "autopath /etc/resolv.conf\n" in cluster.split("}")[0] and "k8s_schema" in cluster.split("}")[0]
+    assert "filter_aaaa" not in default
+    assert "autopath" not in corefile(no_autopath=True) and "k8s_schema" not in corefile(no_autopath=True)
+    tunnel = corefile(filter_aaaa=True)
+    assert "filter_aaaa" in tunnel[tunnel.index("svc.acme.internal:53 {"):tunnel.index("cluster.local:53 {")]
+    # What render writes loads (the pod's resolv.conf is read at run time; here it is left unread).
+    body = default[default.index("Corefile: |") + len("Corefile: |"):default.index("---")]
+    text = "\n".join(line[4:] for line in body.splitlines())
+    config.loads(text, read_files=False)
