@@ -11,6 +11,7 @@ from pathlib import Path
 import dns.message
 import dns.rcode
 import dns.rdatatype
+import dns.rrset
 import pytest
 
 from splitdns import config
@@ -304,3 +305,27 @@ def test_render_writes_the_names_lines_and_its_flags_take_them_out() -> None:
     body = default[default.index("Corefile: |") + len("Corefile: |"):default.index("---")]
     text = "\n".join(line[4:] for line in body.splitlines())
     config.loads(text, read_files=False)
+
+
+def test_filter_aaaa_strips_ipv6_hints_in_its_zone_only() -> None:
+    record = '1 . alpn="h2" ipv4hint=192.0.2.1 ipv6hint=2001:db8::1'
+
+    def handle(q: dns.message.Message) -> dns.message.Message:
+        name = q.question[0].name.to_text()
+        out = reply(q, f"{name} 60 IN HTTPS {record}")
+        out.additional.append(dns.rrset.from_text(name, 60, "IN", "AAAA", "2001:db8::1"))
+        return out
+
+    async def scenario() -> tuple[dns.message.Message | None, dns.message.Message | None]:
+        async with FakeUpstream(handle) as up:
+            text = (f"svc.acme.internal {{\n filter_aaaa\n cache 30\n forward . {up.target}\n}}\n"
+                    f". {{\n forward . {up.target}\n}}\n")
+            async with serving(text) as srv:
+                return (await srv.ask(query("web.svc.acme.internal", "HTTPS", edns=0)),
+                        await srv.ask(query("web.example.net", "HTTPS", edns=0)))
+    tunnel, public = run(scenario)
+    assert tunnel is not None and public is not None
+    assert [str(rd) for rd in tunnel.answer[0]] == ['1 . alpn="h2" ipv4hint="192.0.2.1"']
+    assert not any(r.rdtype == dns.rdatatype.AAAA for r in tunnel.additional)
+    assert "ipv6hint" in str(public.answer[0][0])
+    assert any(r.rdtype == dns.rdatatype.AAAA for r in public.additional)

@@ -127,3 +127,18 @@ def test_the_answer_is_a_cname_to_the_name_that_answered() -> None:
     assert msg.question[0].name.to_text() == "Api.Stripe.com.default.svc.cluster.local."
     assert [(r.name.to_text(), dns.rdatatype.to_text(r.rdtype), r.ttl) for r in msg.answer] == [
         ("Api.Stripe.com.default.svc.cluster.local.", "CNAME", 42), ("api.stripe.com.", "A", 42)]
+
+
+def test_the_schema_guard_stays_off_for_a_cluster_domain_the_search_list_does_not_name() -> None:
+    from splitdns import config
+    from splitdns.core.names import Pod, guard_for, schema_off
+
+    block = config.loads("cluster.local {\n k8s_schema\n forward . 192.0.2.1\n}\n").blocks[0]
+    pod = Pod(("default.svc.corp.k8s.", "svc.corp.k8s.", "corp.k8s."))
+    why = schema_off(block, pod)
+    assert why is not None and "corp.k8s." in why
+    guard = guard_for(block, False, pod)
+    assert guard is not None and guard.clusters == ()  # the leak guard stays, the schema goes
+    assert schema_off(block, Pod(SEARCH)) is None
+    root = config.loads(". {\n k8s_schema\n forward . 192.0.2.1\n}\n").blocks[0]
+    assert "needs the cluster domain" in (schema_off(root, None) or "")
