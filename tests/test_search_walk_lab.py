@@ -26,6 +26,7 @@ import pytest
 
 from tests.lab.fixtures import require_lab
 from tests.lab.search_walk import CLIENTS, walk_lab
+from tests.support.prerequisites import skip_or_fail
 
 pytestmark = pytest.mark.netns
 
@@ -54,7 +55,7 @@ def cost(before: dict[str, list[str]], after: dict[str, list[str]], mark: str) -
 def test_every_lookup_costs_what_its_name_needs_and_no_private_name_leaves(tmp_path: Path) -> None:
     require_lab()
     if shutil.which("musl-gcc") is None:
-        pytest.skip("musl-gcc is missing (musl-tools, in the Makefile's DEBIAN_PACKAGES)")
+        skip_or_fail("musl-gcc is missing (musl-tools, in the Makefile's DEBIAN_PACKAGES)")
     with walk_lab(tmp_path, all_names()) as lab:
         for client in CLIENTS:
             def look(name: str, mark: str,
