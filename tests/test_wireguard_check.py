@@ -13,7 +13,7 @@ from splitdns.kube import lint, sources, tunnels, wireguard_conf
 
 GOOD = """[Interface]
 PrivateKey = yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=
-Address = 10.8.0.2/32
+Address = 10.8.0.2/32, fd00:8::2/128
 DNS = 192.168.240.1, svc.acme.internal
 
 [Peer]
@@ -149,3 +149,12 @@ def test_no_dns_address_for_a_wireguard_block_is_an_error_and_fine_without_one(t
     # A Corefile that forwards the zone to a fixed address does not need the line.
     assert check(tmp_path, no_dns, COREFILE.replace(
         "wireguard {\n        resolvconf /run/splitdns\n    }", "forward . 192.168.240.1")) == []
+
+
+def test_a_tunnel_without_ipv6_suggests_filter_aaaa_until_the_zone_has_it(tmp_path: Path) -> None:
+    v4_only = GOOD.replace("Address = 10.8.0.2/32, fd00:8::2/128", "Address = 10.8.0.2/32")
+    found = check(tmp_path, v4_only)
+    assert codes(found) == [(3, "SD307")] and found[0].severity == "info"
+    assert "filter_aaaa" in found[0].message
+    filtered = COREFILE.replace("    wireguard {", "    filter_aaaa\n    wireguard {")
+    assert check(tmp_path, v4_only, filtered) == []

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from splitdns import corefile, directives
-from splitdns.directives import bind, forward, limits, logging, operations
+from splitdns.directives import autopath, bind, forward, limits, logging, operations
 from splitdns.directives._args import CIDR, domain_name, reverse_zones
 from splitdns.errors import ConfigError, Location
 
@@ -173,6 +173,8 @@ def _block(sb: corefile.ServerBlock, read_files: bool = True) -> Block:
         if directive is directives.FORWARD:
             forwards.append(forward.parse(st, read_files, directives.tunnel_words()))
             forward_statements.append(st)
+        elif directive is directives.AUTOPATH:
+            specs[name] = autopath.parse(st, read_files)
         elif isinstance(directive, directives.Repeated):
             specs[name] = (*specs.get(name, ()), directive.parse(st))  # type: ignore[misc]
         else:

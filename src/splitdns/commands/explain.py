@@ -90,11 +90,20 @@ def explain(name: str, path: str, port: int = config.DEFAULT_PORT) -> list[str]:
         # The block as `serve` builds it (rewrite, template, hosts), when serve would load the file.
         full = next((Zone(b) for b in loaded.blocks if (b.zones, b.port) == (block.zones, block.port)),
                     None) if loaded is not None else None
-        lines += _inside(block, owner, wire, loc, full)
+        lines += _made_here(full, wire) or _inside(block, owner, wire, loc, full)
     lines += _lookalikes(qname, [z for b in blocks for z in b.zones])
     if refused:
         lines.append(refused)
     return lines
+
+
+def _made_here(zone: Zone | None, wire: bytes) -> list[str]:
+    """A name the block answers itself, by `k8s_schema` (the leak guard needs the pod's search
+    list, which is the pod's resolv.conf, not this machine's)."""
+    if zone is None or zone.guard is None or zone.guard.decide(question_query(wire, 1), count=False) is None:
+        return []
+    return ["  answered here: NXDOMAIN with the zone's SOA, a name the Kubernetes DNS schema rules out "
+            "(k8s_schema); never sent upstream"]
 
 
 def _corefile(path: str) -> sources.CorefileSource:

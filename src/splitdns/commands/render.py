@@ -44,6 +44,8 @@ class Request:
     vpn_image: str = manifests.DEFAULT_VPN_IMAGE
     management: str = "127.0.0.1:7505"
     vpn: str | None = None            # a tunnel's word (kube/tunnels.py); None: what the zones name
+    filter_aaaa: bool = False         # the tunnel zones answer AAAA with NODATA
+    no_autopath: bool = False         # leave out autopath and k8s_schema (--no-autopath)
     output_dir: str | None = None
     webhook_namespace: str = "splitdns-system"
     reads_cluster: bool = True  # False for `splitdns webhook`, which has no --cluster-dns-from-cluster
@@ -135,7 +137,8 @@ def build_plan(req: Request) -> Plan:
     return build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
                  else req.resolver, namespace=req.namespace, cluster_domain=req.cluster_domain,
                  ndots=req.ndots, management=req.management, cluster_wide=form == "cluster-wide",
-                 reads_cluster=req.reads_cluster, vpn=req.vpn)
+                 reads_cluster=req.reads_cluster, vpn=req.vpn, filter_aaaa=req.filter_aaaa,
+                 autopath=not req.no_autopath)
 
 
 def run(req: Request, webhook_settings: WebhookSettings | None = None) -> int:

@@ -98,6 +98,8 @@ class ZoneStats:
         default_factory=lambda: defaultdict(Histogram))
     loops_detected: int = 0
     private_removed: int = 0  # addresses `private_addresses` took out of replies
+    # Names answered here from what the pod knows (core/names.py), by kind.
+    guarded: dict[str, int] = field(default_factory=lambda: {"leak": 0, "impossible": 0, "no_ipv6": 0})
     tunnel: TunnelSince = field(default_factory=lambda: TunnelSince())
     canary: Canary = field(default_factory=Canary)  # the latest tunnel-up's canary (confinement)
 

@@ -18,10 +18,13 @@ from typing import Generic, Protocol, TypeVar
 
 from splitdns import corefile
 from splitdns.directives import (
+    autopath,
     bind,
     cache,
+    filter_aaaa,
     forward,
     hosts,
+    k8s_schema,
     limits,
     loadbalance,
     logging,
@@ -40,6 +43,8 @@ S = TypeVar("S", covariant=True)
 # What a directive does to a query in the core (core/zone.py turns each into a step of `begin`):
 CACHE_STEP = "cache"      # answers from the cache
 LOCAL_STEP = "local"      # answers made by the block itself or the name rewritten (core/local.py)
+SEARCH_STEP = "search"    # the client's search walk, ended here in one trip (core/search.py)
+GUARD_STEP = "guard"      # names answered here from what the pod knows (core/names.py)
 LOOP_STEP = "loop"        # a forwarding loop answered at once
 TUNNEL_STEP = "tunnel"    # a tunnel zone answers at once while its tunnel is down
 FORWARD_STEP = "forward"  # asks the upstreams
@@ -113,9 +118,14 @@ LOG = Once("log", logging.parse_log)
 LOADBALANCE = Once("loadbalance", loadbalance.parse, step=REPLY_STEP, reshape=loadbalance.RESHAPE)
 CACHE = Once("cache", cache.parse, step=CACHE_STEP, stored=True)
 REWRITE = Repeated("rewrite", rewrite.parse, step=LOCAL_STEP, stored=True)
+# `autopath`'s parser also takes whether to read its resolv.conf (config.build).
+AUTOPATH = Once("autopath", autopath.parse, step=SEARCH_STEP, stored=True)
 MINIMAL = Once("minimal", minimal.parse, step=REPLY_STEP, stored=True, reshape=minimal.RESHAPE)
 TEMPLATE = Repeated("template", template.parse, step=LOCAL_STEP)
 HOSTS = Once("hosts", hosts.parse, step=LOCAL_STEP)
+K8S_SCHEMA = Once("k8s_schema", k8s_schema.parse, step=GUARD_STEP, stored=True, coredns=False)
+FILTER_AAAA = Once("filter_aaaa", filter_aaaa.parse, step=GUARD_STEP, stored=True,
+                   reshape=filter_aaaa.RESHAPE, coredns=False)
 LOOP = Once("loop", operations.parse_loop, step=LOOP_STEP)
 PRIVATE_ADDRESSES = Once("private_addresses", private.parse, step=REPLY_STEP, stored=True, coredns=False)
 OPENVPN = Once("openvpn", openvpn.parse, step=TUNNEL_STEP, stored=True, coredns=False,
@@ -128,10 +138,12 @@ WIREGUARD = Once("wireguard", wireguard.parse, step=TUNNEL_STEP, stored=True, co
 FORWARD = Repeated("forward", lambda st: forward.parse(st, tunnel_words=tunnel_words()),
                    step=FORWARD_STEP, stored=True)
 
-# The per-query order: CoreDNS's plugin.cfg among the directives we share, ours where they act.
+# The per-query order: CoreDNS's plugin.cfg among the directives we share, ours where they act
+# (the guards after the tunnel's state: a tunnel zone that is down answers every type alike).
 REGISTRY: tuple[Directive[object], ...] = (
     RELOAD, BIND, LIMITS, READY, HEALTH, PROMETHEUS, ERRORS, LOG, LOADBALANCE, CACHE, REWRITE,
-    MINIMAL, TEMPLATE, HOSTS, LOOP, PRIVATE_ADDRESSES, OPENVPN, WIREGUARD, FORWARD,
+    AUTOPATH, MINIMAL, TEMPLATE, HOSTS, LOOP, PRIVATE_ADDRESSES, OPENVPN, WIREGUARD, K8S_SCHEMA,
+    FILTER_AAAA, FORWARD,
 )
 BY_NAME: dict[str, Directive[object]] = {d.name: d for d in REGISTRY}
 SUPPORTED = tuple(sorted(BY_NAME))
@@ -141,7 +153,7 @@ ORDER = tuple(d.name for d in REGISTRY)
 # of earlier releases still found in Corefiles), so that an error can tell "a CoreDNS plugin we
 # lack" from a typo, and `check --resolver coredns` knows what CoreDNS accepts.
 COREDNS_ONLY = (
-    "acl", "any", "auto", "autopath", "azure", "bufsize", "cancel", "chaos", "clouddns", "debug",
+    "acl", "any", "auto", "azure", "bufsize", "cancel", "chaos", "clouddns", "debug",
     "dns64", "dnssec", "dnstap", "erratic", "etcd", "file", "geoip", "grpc", "header",
     "k8s_external", "kubernetes", "local", "metadata", "multisocket", "nomad", "nsid", "on",
     "pprof", "quic", "root", "route53", "secondary", "sign", "timeouts", "tls", "trace",

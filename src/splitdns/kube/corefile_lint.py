@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from splitdns import config, corefile, directives
 from splitdns.codec.wire import is_subdomain, name_to_wire
+from splitdns.core import names
 from splitdns.directives import bind, forward
 from splitdns.errors import ConfigError
 from splitdns.kube.corefile_model import Block
@@ -100,12 +101,13 @@ def _resolver_verdict(src: CorefileSource) -> list[Finding]:
     if any(errs for b in src.model.blocks for errs in b.errors):
         return []
     try:
-        config.build(list(_server_blocks(src)), src.file, config.DEFAULT_PORT, read_files=False)
+        built = config.build(list(_server_blocks(src)), src.file, config.DEFAULT_PORT, read_files=False)
     except ConfigError as err:
         if src.model.deferred(err.where):
             return []  # that line's meaning is the pod's environment's to give
         return [Finding(src.file, src.line(err.where), "SD100", err.message)]
-    return []
+    return [Finding(src.file, src.line(b.where), "SD115", why) for b in built.blocks
+            if (why := names.schema_off(b, None)) is not None]
 
 
 def _server_blocks(src: CorefileSource) -> Iterator[corefile.ServerBlock]:

@@ -47,6 +47,7 @@ def _block(plan: Plan, r: Route, health: str = "", ready: str = "", metrics: str
     if coredns:
         body.append(f"bind {COREDNS_BIND}")
     body += ["errors", f"cache {CACHE_SECONDS}"]
+    body += _names(plan, r)
     if r.tunnel:
         body += tunnels.of(r.vpn).corefile(plan)
     else:
@@ -61,6 +62,29 @@ def _block(plan: Plan, r: Route, health: str = "", ready: str = "", metrics: str
     else:
         body += ready_lines
     return _text(r.zone, body)
+
+
+# The resolv.conf the kubelet writes from the pod's dnsConfig (dnsPolicy None): its search list is
+# the one `autopath` completes, read again at each reload.
+RESOLV_CONF = "/etc/resolv.conf"
+
+
+def _names(plan: Plan, r: Route) -> list[str]:
+    """What the block knows of the pod's names: the cluster block (else the catch-all) completes
+    the search walk and answers what the Kubernetes schema rules out; tunnel zones of a tunnel
+    with no IPv6 answer AAAA here. Never for CoreDNS, whose autopath stays in one block."""
+    if plan.resolver != "splitdns":
+        return []
+    cluster = plan.cluster_domain + "."
+    has_cluster = any(route.zone == cluster for route in plan.routes)
+    lines = []
+    if plan.autopath and (r.zone == cluster or (r.zone == "." and not has_cluster)):
+        lines.append(f"autopath {RESOLV_CONF}")
+    if plan.autopath and r.zone == cluster:
+        lines.append("k8s_schema")
+    if plan.filter_aaaa and r.tunnel:
+        lines.append("filter_aaaa")
+    return lines
 
 
 def _text(zone: str, body: list[str]) -> str:

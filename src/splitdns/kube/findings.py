@@ -94,6 +94,12 @@ _TABLE = (
          "by the pod's eth0, in clear.",
          "remove `bind_to_tunnel off` (binding needs no capability on Linux 5.7 and later); if the "
          "resolver cannot learn the tunnel's interface, name it with `interface NAME`."),
+    Code("SD115", WARNING, "k8s_schema stays off",
+         "the names the Kubernetes schema rules out then go to the cluster DNS, every try of every "
+         "search walk; `rewrite`, `template` or `hosts` in the block may make names the schema does "
+         "not have, and a guard for another cluster domain than the pod's would deny real names.",
+         "move `rewrite`, `template` and `hosts` to a block of their own zone, or name the pod's "
+         "cluster domain (k8s_schema cluster.local)."),
     # Pod spec.
     Code("SD201", ERROR, "dnsPolicy: None without the in-pod resolver as nameserver",
          "the app's resolv.conf then bypasses the in-pod resolver (or has no nameserver at all, which "
@@ -159,6 +165,12 @@ _TABLE = (
          "sidecar's startup probe).",
          "add `DNS = ADDRESS` (the DNS server behind the tunnel, with the zone's names after it) to the "
          "[Interface]."),
+    Code("SD307", INFO, "WireGuard tunnel without IPv6",
+         "the [Interface] has no IPv6 address, so no IPv6 address behind the tunnel is reachable; "
+         "the tunnel zone's AAAA answers only make clients try addresses that fail, and its AAAA "
+         "queries are half the tunnel's DNS traffic.",
+         "add `filter_aaaa` to the tunnel zone's block (`splitdns render --filter-aaaa`): AAAA "
+         "answered NODATA there, every other zone untouched."),
     # Manifests.
     Code("SD401", ERROR, "manifest does not match the Kubernetes schema",
          "the API server of that version rejects it (strict: unknown fields such as typos fail too).",

@@ -57,6 +57,8 @@ class Plan:
     ndots: int = 5
     management: str = DEFAULT_MANAGEMENT
     vpn: str = field(default_factory=lambda: tunnels.default().word)  # the pod's VPN (kube/tunnels.py)
+    filter_aaaa: bool = False       # the tunnel carries no IPv6: its zones answer AAAA with NODATA
+    autopath: bool = True           # the Corefile knows the pod's search list (`autopath`)
 
     @property
     def owner(self) -> str:
@@ -145,7 +147,8 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
           probes: Sequence[str] = (), *, resolver: str = "splitdns", namespace: str = "default",
           cluster_domain: str = "cluster.local", ndots: int = 5,
           management: str = DEFAULT_MANAGEMENT, cluster_wide: bool = False,
-          reads_cluster: bool = True, vpn: str | None = None) -> Plan:
+          reads_cluster: bool = True, vpn: str | None = None, filter_aaaa: bool = False,
+          autopath: bool = True) -> Plan:
     """Merge the inputs: flags override a Corefile; the cluster DNS fills the cluster zone and `.`.
     `cluster_wide`: the private zones only, for the cluster's own CoreDNS (no cluster DNS needed).
     `reads_cluster`: whether the command has --cluster-dns-from-cluster, to suggest it."""
@@ -183,7 +186,8 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
                 raise PlanError(f"zone {r.zone}: CoreDNS cannot learn the tunnel's DNS at run time; "
                                 "give its address (--zone ZONE=IP) or use --resolver splitdns")
     return _checked(Plan(routes=routes, resolver=resolver, namespace=namespace,
-                         cluster_domain=domain.rstrip("."), ndots=ndots, management=management, vpn=vpn))
+                         cluster_domain=domain.rstrip("."), ndots=ndots, management=management, vpn=vpn,
+                         filter_aaaa=filter_aaaa, autopath=autopath))
 
 
 def _vpn(routes: tuple[Route, ...], given: str | None) -> str:

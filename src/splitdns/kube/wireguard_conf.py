@@ -24,6 +24,7 @@ class Peer:
 class WgConfig:
     path: str
     dns: list[tuple[str, int]] = field(default_factory=list)  # (address, line); names are search domains
+    addresses: list[tuple[IPNetwork, int]] = field(default_factory=list)  # the [Interface]'s own
     peers: list[Peer] = field(default_factory=list)
     interface_line: int = 1
 
@@ -66,6 +67,10 @@ def parse(text: str, path: str) -> WgConfig:
         items = [v for v in value.replace(",", " ").split() if v]
         if section == "interface" and key == "dns":
             conf.dns += [(_address(v), number) for v in items if _address(v)]
+        elif section == "interface" and key == "address":
+            for item in items:
+                with contextlib.suppress(ValueError):
+                    conf.addresses.append((ipaddress.ip_network(item, strict=False), number))
         elif section == "peer" and conf.peers:
             _peer_option(conf.peers[-1], key, items, value.strip(), number)
     return conf

@@ -1,6 +1,6 @@
-"""WireGuard config checks (codes SD302-SD306): AllowedIPs that take the cluster's addresses, a
+"""WireGuard config checks (codes SD302-SD307): AllowedIPs that take the cluster's addresses, a
 `DNS =` that is the in-pod resolver itself, no PersistentKeepalive, no `DNS =` address at all
-for a `wireguard` block. (An Endpoint only the tunnel
+for a `wireguard` block, a tunnel with no IPv6 (`filter_aaaa`). (An Endpoint only the tunnel
 can resolve is lint.py's, beside OpenVPN's `remote`: it needs the Corefile's routing.)
 
 What the cluster's addresses are comes from the pod-side Corefiles given with the config: the
@@ -59,9 +59,15 @@ def check(inputs: Inputs) -> list[Finding]:
     ranges = cluster_ranges(inputs)
     learners = [f"{src.file}:{src.line(st.where)}" for src in inputs.corefiles if src.context == POD
                 for b in src.model.blocks if (st := b.directive(directives.WIREGUARD.name)) is not None]
+    filtered = any(b.directive("filter_aaaa") is not None for src in inputs.corefiles if src.context == POD
+                   for b in src.model.blocks if b.directive(directives.WIREGUARD.name) is not None)
     for conf in configs(inputs):
         out += _allowed_ips(conf, ranges)
         out += _dns_loop(conf)
+        if conf.addresses and all(net.version == 4 for net, _ in conf.addresses) and not filtered:
+            out.append(Finding(conf.path, conf.addresses[0][1], "SD307",
+                               "no IPv6 address on this tunnel: add `filter_aaaa` to the tunnel zone "
+                               "(splitdns render --filter-aaaa), so AAAA is answered NODATA there"))
         if learners and not conf.dns:
             out.append(Finding(conf.path, conf.interface_line, "SD306",
                                f"no DNS = address, but the `wireguard` block at {learners[0]} takes its "

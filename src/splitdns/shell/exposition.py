@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from splitdns import __version__
-from splitdns.core import liveness
+from splitdns.core import liveness, names
 from splitdns.core.metrics import ProcessStats, ZoneStats, sized, tunnel_reason
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class ServerCollector(Collector):
                                                labels=["server", "zone", "view", "proto"])
         cache = _CacheFamilies()
         upstream = _UpstreamFamilies(self.readiness(), self.zone_live)
+        named = _NameFamilies()
         zones = list(self.zones())
         counted = [(server, zone.block.zones[0], zone.stats) for server, zone in zones]
         counted += [(server, DROPPED, stats) for server, stats in self.unrouted()]
@@ -87,6 +88,7 @@ class ServerCollector(Collector):
         for server, zone in zones:
             cache.add(server, zone)
             upstream.add(zone, wall)
+            named.add(zone)
         yield requests
         yield responses
         yield durations
@@ -94,6 +96,7 @@ class ServerCollector(Collector):
         yield response_sizes
         yield from cache.families()
         yield from upstream.families()
+        yield from named.families()
         if self.pod_ready is not None and self.readiness():
             yield GaugeMetricFamily("splitdns_ready", "1 while /ready answers 200 (the pod-level "
                                     "rule: every zone answered once, no loop, not stopping).",
@@ -270,6 +273,38 @@ class _UpstreamFamilies:
                     self.fails, self.failed_fast, self.loops, self.private, self.ready,
                     self.tunnel_up, self.tunnel_info, self.tunnel_since, self.interface,
                     self.canary_passed, self.canaries, self.canary_at)
+
+
+class _NameFamilies:
+    """What the pod's search list saved (core/names.py, core/search.py), per zone."""
+
+    def __init__(self) -> None:
+        def counter(name: str, text: str) -> CounterMetricFamily:
+            return CounterMetricFamily(name, text, labels=["zone"])
+        self.leaks = counter("splitdns_search_leaks_prevented", "Tries of a search walk that put a "
+                             "search suffix after a name another zone owns (a tunnel zone, the "
+                             "cluster zone), answered NXDOMAIN here instead of leaving.")
+        self.impossible = counter("splitdns_k8s_schema_answers", "Names the Kubernetes DNS schema "
+                                  "rules out, answered NXDOMAIN here (k8s_schema).")
+        self.aaaa = counter("splitdns_filtered_aaaa", "AAAA queries answered NODATA here (filter_aaaa).")
+        self.success = counter("splitdns_autopath_success", "Search walks autopath ended on an answer "
+                               "(CoreDNS's coredns_autopath_success_total).")
+        self.saved = counter("splitdns_autopath_queries_saved", "Queries the clients did not have to "
+                             "send: the tries of their search walk autopath made for them.")
+
+    def add(self, zone: Zone) -> None:
+        name = zone.block.zones[0]
+        if zone.guard is not None:
+            counts = zone.stats.guarded
+            self.leaks.add_metric([name], counts[names.LEAK])
+            self.impossible.add_metric([name], counts[names.IMPOSSIBLE])
+            self.aaaa.add_metric([name], counts[names.NO_IPV6])
+        if zone.autopath is not None:
+            self.success.add_metric([name], zone.autopath.successes)
+            self.saved.add_metric([name], zone.autopath.saved)
+
+    def families(self) -> Iterator[CounterMetricFamily]:
+        yield from (self.leaks, self.impossible, self.aaaa, self.success, self.saved)
 
 
 # Every zone's answers by these (rcode, plugin) exist from the start: rate() counts a counter's

@@ -31,6 +31,7 @@ from splitdns.codec.entries import Entry
 from splitdns.core.decisions import Answer, Forward, Settled
 from splitdns.core.exchange import Done, Send
 from splitdns.core.flight import Flight
+from splitdns.core.search import Search
 from splitdns.shell import datagrams, upstream
 from splitdns.shell.deadlines import Deadline, Deadlines
 
@@ -91,6 +92,9 @@ class Misses:
         res = self.resolution
         try:
             decided = zone.begin(q, now) if routed is None else zone.walk(q, now)
+            if isinstance(decided, Search):  # autopath: several exchanges in turn, as a task
+                res.spawn(_searched(zone, q, decided, listener, peer, size, now, res))
+                return True
             if isinstance(decided, Answer):
                 res.carry_out(zone, q, decided, listener.router)
                 reply(zone, q, listener, peer, size, now, decided.reply, res)
@@ -374,3 +378,13 @@ def reply(zone: Zone, q: wire.Query, listener: Listener, peer: datagrams.Peer, s
     except OSError:
         pass
     res.account(zone, q, listener, peer, "udp", size, out, start, via)
+
+
+async def _searched(zone: Zone, q: wire.Query, walk: Search, listener: Listener, peer: datagrams.Peer,
+                    size: int, start: float, res: Resolution) -> None:
+    try:
+        out = await res.search(zone, q, walk, listener.router)
+    except Exception as err:  # our own bug: the client still gets an answer, we a log line
+        res.internal_error(err)
+        out = wire.error_reply(q, dns.rcode.SERVFAIL)
+    reply(zone, q, listener, peer, size, start, out, res)
