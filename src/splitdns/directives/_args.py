@@ -74,6 +74,22 @@ def zones(st: Statement, text: str, what: str) -> list[str]:
     return [zone(st, text, what)]
 
 
+# The transports CoreDNS's parse.Transport takes off a zone argument before it reads the name.
+TRANSPORTS = ("tls://", "dns://", "quic://", "grpc://", "https3://", "https://", "unix://")
+
+
+def origins(st: Statement, text: str, what: str) -> list[str]:
+    """A plugin's ZONE argument as CoreDNS's plugin.Host(...).NormalizeExact reads it: a
+    transport prefix (dns://, tls://, ...) and a trailing :PORT are dropped, then `zones`.
+    CoreDNS skips an argument that is not a name without a word; here it is an error, so a
+    typo does not leave the plugin matching nothing."""
+    name = next((text[len(t):] for t in TRANSPORTS if text.startswith(t)), text)
+    host, colon, port = name.rpartition(":")
+    if colon and port.isdigit() and host:
+        name = host
+    return zones(st, name, what)
+
+
 def reverse_zones(where: Location, cidr: str) -> list[str]:
     """A network's reverse zones, split on octet (nibble for IPv6) boundaries, as CoreDNS's
     cidr.Split does; host bits are dropped, as Go's net.ParseCIDR drops them (10.9.3.0/18 is
