@@ -5,8 +5,6 @@ no sleeps, no event loop.
 
 from __future__ import annotations
 
-import random
-
 import dns.message
 import dns.rcode
 import pytest
@@ -303,7 +301,7 @@ def test_the_cache_is_the_first_step_so_known_may_run_before_the_walk() -> None:
 # -- the hot path makes the same decision --------------------------------------------------------
 
 class _Shell:
-    """Stands in for a read batch and the resolution: what the hot path sends, logs and
+    """Stands in for a read batch and the flights: what the hot path sends, logs and
     refreshes for each datagram."""
 
     def __init__(self) -> None:
@@ -358,17 +356,16 @@ def test_the_udp_hot_path_answers_exactly_what_begin_answers(
     refresh behind it, logged where the block logs; whenever begin answers from the cache or
     an answer the block made before, the hot path answered too; both count the same."""
     from splitdns.core.memo import Memo
-    from splitdns.shell import udp, upstream
+    from splitdns.shell import udp
+    from splitdns.shell.flights import Flights
     from splitdns.shell.listener import Listener
-    from splitdns.shell.resolution import Resolution
 
     cfg = config.loads(hot_corefile(extra), "Corefile", env={})
     hot_zone, begin_zone = Zone(cfg.blocks[0]), Zone(cfg.blocks[0])
     listener = Listener("127.0.0.1", 0, Router([hot_zone]), memo=Memo())
-    path = udp.UdpPath(lambda: 0.0, Resolution(lambda: cfg, lambda: 0.0, random.Random(1),
-                                               upstream.Counters(), lambda: 0))
+    path = udp.UdpPath(lambda: 0.0, Flights(lambda: cfg, lambda: 0.0))
     shell = _Shell()
-    path.resolution = shell  # type: ignore[assignment]
+    path.flights = shell  # type: ignore[assignment]
     for zone in (hot_zone, begin_zone):
         assert zone.cache is not None
         for name, ttl in (("a.example.org.", 10), ("b.example.org.", 25), ("big.example.org.", 20)):
