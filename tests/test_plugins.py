@@ -470,7 +470,7 @@ def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() ->
     entry = zone.cache.put(q.key, q.name, upstream, 100.0)
     assert entry is not None
     turns = loadbalance.rotations(entries.render(entry, 60, q))
-    memo.remember(data, zone, q.key, entry, 60, q.qtype, turns[0], 100.0, None, turns)
+    memo.remember(data, zone, q.key, entry, 60, q.qtype, turns[0], 100.0, None, turns, denial=0)
 
     def first(now: float) -> tuple[str, int]:
         found = memo_lookup(memo, data, now)
@@ -493,7 +493,7 @@ def test_the_memo_answers_the_blocks_own_answers_until_they_are_replaced() -> No
     made = zone.local.decide(q)
     assert isinstance(made, bytes)
     memo.remember(data, zone, q.key, made, None, q.qtype, entries.render(made, None, q), 0.0,
-                         zone.local.answers)
+                         zone.local.answers, denial=0)
     assert memo_lookup(memo, data, 10_000.0) is not None  # no TTL to count down: held is enough
     zone.local.load_hosts("192.168.1.99 example.com\n", (3, 1))
     assert memo_lookup(memo, data, 10_000.0) is None

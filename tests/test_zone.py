@@ -135,7 +135,7 @@ def test_a_loop_probe_that_comes_back_is_a_loop_until_a_probe_is_answered() -> N
     before = guard.probe_sent(key)
     back = t.begin(parse(name, "HINFO"), 100.0)  # our own probe reached us again
     assert isinstance(back, Answer) and rcode_of(back.reply) == dns.rcode.SERVFAIL
-    assert zone.loop_error is not None and "192.0.2.53:53" in zone.loop_error
+    assert zone.loop.error is not None and "192.0.2.53:53" in zone.loop.error
     assert any(isinstance(n, LogLine) and n.level == "error" and "plugin/loop" in n.text for n in t.notes)
     assert guard.probe_finished(key, answered=False, detected_before=before)  # learned: stop
     assert key not in t.loop_probes and zone.stats.loops_detected == 1
@@ -146,7 +146,7 @@ def test_a_loop_probe_that_comes_back_is_a_loop_until_a_probe_is_answered() -> N
     key = wire.name_to_wire(guard.probe_name("cccc", "dddd"))
     before = guard.probe_sent(key)
     assert guard.probe_finished(key, answered=True, detected_before=before)
-    assert zone.loop_error is None and isinstance(t.begin(parse("www.example.org."), 102.0), Forward)
+    assert zone.loop.error is None and isinstance(t.begin(parse("www.example.org."), 102.0), Forward)
     # A probe neither answered nor back teaches nothing: ask again.
     key = wire.name_to_wire(guard.probe_name("eeee", "ffff"))
     assert not guard.probe_finished(key, answered=False, detected_before=guard.probe_sent(key))
@@ -158,7 +158,7 @@ def test_a_probe_back_on_another_zone_still_proves_the_senders_loop() -> None:
     key = wire.name_to_wire("aaaa.bbbb.example.net.")
     sender.loop.probe_sent(key)
     assert isinstance(t.begin(parse("aaaa.bbbb.example.net.", "HINFO"), 100.0), Answer)
-    assert sender.loop_error is not None and other.loop_error is None
+    assert sender.loop.error is not None and other.loop.error is None
 
 
 def test_the_vpn_pushing_this_server_is_a_loop_and_other_servers_clear_it() -> None:
@@ -169,7 +169,7 @@ def test_the_vpn_pushing_this_server_is_a_loop_and_other_servers_clear_it() -> N
     zone.tunnel = TunnelState(UP, "", Pushed(servers=(("127.0.0.1", 53),)))
     refused = t.begin(parse("db.svc.acme.internal."), 100.0)
     assert isinstance(refused, Answer) and "this server itself" in ede_text(refused.reply)
-    assert zone.loop.servers_pushed([]) is None and zone.loop_error is None
+    assert zone.loop.servers_pushed([]) is None and zone.loop.error is None
 
 
 # -- merging and the pending cap -------------------------------------------------------------------
@@ -285,8 +285,9 @@ def test_a_query_the_hot_path_missed_is_counted_once_and_not_looked_up_again() -
     assert (zone.stats.cache_misses, zone.stats.cache_hits) == (1, 0)
     zone.cache.put(q.key, q.name, indexed(reply(query("a.example.org."), "a.example.org. 10 IN A 10.0.0.1")),
                    100.0)
-    assert isinstance(zone.begin(q, 101.0), Answer)
-    assert (zone.stats.cache_misses, zone.stats.cache_hits) == (1, 1)
+    hit = zone.begin(q, 101.0)
+    assert isinstance(hit, Answer) and hit.hit == 0  # a hit (not of a denial), counted where sent
+    assert (zone.stats.cache_misses, zone.stats.cache_hits) == (1, 0)
     made = parse("made.example.org.")  # the steps after the cache still run
     assert zone.known(made, 101.0) is None and isinstance(zone.walk(made, 101.0), Answer)
     known = zone.known(made, 101.0)  # and what the block made is known from then on
@@ -375,7 +376,8 @@ def test_the_udp_hot_path_answers_exactly_what_begin_answers(
                                    authority=("example.org. 60 IN NS ns.example.org.",)))
             zone.cache.put(q.key, q.name, answer, 100.0)
     now = 100.0
-    hot_hits: list[object] = []
+    hot_hits: list[tuple[object, int, int, int]] = []
+    begin_hits: list[int] = []  # each hit begin answered: its `Answer.hit`
     for name, delay, small, qid in asks:
         now += delay
         data = to_wire(query(name, qid=qid, edns=-1 if small else 0))
@@ -384,8 +386,9 @@ def test_the_udp_hot_path_answers_exactly_what_begin_answers(
         held = begin_zone.local is not None and q.key in begin_zone.local.answers  # made before
         logged, refreshed = len(shell.logged), len(shell.refreshed)
         hot = path._answer_hit(hot_zone, q, data, listener, shell, 0, hot_hits, now)  # type: ignore[arg-type]
-        hits_before = begin_zone.stats.cache_hits
         decided = begin_zone.begin(q, now)
+        if isinstance(decided, Answer) and decided.hit is not None:
+            begin_hits.append(decided.hit)
         if hot:
             assert isinstance(decided, Answer)
             expected = decided.reply
@@ -395,10 +398,10 @@ def test_the_udp_hot_path_answers_exactly_what_begin_answers(
             assert len(shell.refreshed) - refreshed == (decided.refresh is not None)
             assert len(shell.logged) - logged == ("log" in extra)
         else:
-            assert begin_zone.stats.cache_hits == hits_before and not held  # nor did begin find one
+            assert not (isinstance(decided, Answer) and decided.hit is not None) and not held  # nor did begin
             walked = hot_zone.walk(q, now)  # what the shell does next with the miss
             assert type(walked) is type(decided)
             if isinstance(walked, Answer):
                 assert isinstance(decided, Answer) and walked.reply == decided.reply
-        assert len(hot_hits) == begin_zone.stats.cache_hits
+        assert [denial for *_, denial in hot_hits] == begin_hits  # the same hits, of the same kinds
         assert hot_zone.stats.cache_misses == begin_zone.stats.cache_misses

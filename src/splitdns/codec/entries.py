@@ -13,6 +13,7 @@ from splitdns.codec import wire
 
 Entry = bytes
 HEAD = struct.Struct("!ddBH")  # stored at, TTL, kind, number of TTL offsets; then the offsets
+KIND_AT = 16  # where HEAD's kind byte stands: nonzero for a denial or SERVFAIL entry
 SUCCESS, DENIAL, SERVFAIL = "success", "denial", "servfail"
 KINDS = (SUCCESS, DENIAL, SERVFAIL)
 
@@ -38,7 +39,7 @@ def ttl(entry: Entry) -> float:
 
 
 def kind(entry: Entry) -> str:
-    return KINDS[entry[16]]
+    return KINDS[entry[KIND_AT]]
 
 
 def offsets(entry: Entry) -> tuple[int, ...]:

@@ -62,11 +62,14 @@ class Forward:
 
 @dataclass(slots=True)
 class Answer:
-    """Send `reply` now; run `refresh` behind it (serve_stale, prefetch); log `notes`."""
+    """Send `reply` now; run `refresh` behind it (serve_stale, prefetch); log `notes`.
+    `hit`: what the zone knew at once (`Known.denial`: a cache hit, counted where it is sent),
+    None for any other answer."""
 
     reply: bytes
     refresh: Forward | None = None
     notes: tuple[Note, ...] = ()
+    hit: int | None = None
 
 
 @dataclass(slots=True)
@@ -84,6 +87,7 @@ class Known:
     turns: tuple[bytes, ...] | None
     refresh: Forward | None
     replayable: bool
+    denial: int  # 1 when from a denial or SERVFAIL entry (entries.KINDS), else 0
 
 
 @dataclass(slots=True)

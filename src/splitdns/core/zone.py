@@ -103,11 +103,6 @@ class Zone:
     def name(self) -> str:
         return self.block.zones[0]
 
-    @property
-    def loop_error(self) -> str | None:
-        """Why the zone loops, while a forwarding loop is known (`self.loop` decides)."""
-        return self.loop.error
-
     def upstream_list(self) -> str:
         return ", ".join(str(u.upstream) for f in self.forwards for u in f.upstreams)
 
@@ -118,18 +113,15 @@ class Zone:
         (`known`), else the rest of the block's steps in order (`walk`)."""
         known = self.known(q, now)
         if known is not None:
-            self.stats.cache_hits += 1
-            if known.entry[16]:  # entries.KINDS: a denial or SERVFAIL entry
-                self.stats.denial_hits += 1
-            return Answer(known.reply, known.refresh)
+            return Answer(known.reply, known.refresh, hit=known.denial)
         return self.walk(q, now)
 
     def known(self, q: wire.Query, now: float) -> Known | None:
         """The step the UDP hot path runs for every datagram, and `begin` first: a fresh cache
         entry, or an answer the block made before and keeps (`rewrite`, `template` and `hosts`
         come right after the cache in the registry's order, and would give it again). None is
-        a miss, counted here, since every miss passes here once; hits are counted by whoever
-        sends them (the hot path a batch at a time)."""
+        a miss, counted here, since every miss passes here once; a hit is counted where it
+        is sent (`ZoneStats.hits`: the hot path a batch at a time)."""
         cache = self.cache
         entry = cache.get(q.key, now) if cache is not None else None
         held = None
@@ -155,7 +147,8 @@ class Zone:
         if held is None and self.prefetching:
             refresh = self.prefetch(q, entry, now)
         return Known(out, entry, ttl, held, turns, refresh,
-                     self.replay_local if held is not None else self.replay_cached)
+                     self.replay_local if held is not None else self.replay_cached,
+                     1 if entry[entries.KIND_AT] else 0)
 
     def walk(self, q: wire.Query, now: float) -> Answer | Forward:
         """The block's steps after what `known` answers, in the registry's order."""

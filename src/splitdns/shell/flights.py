@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from splitdns.shell.listener import Listener
 
 Outcome = tuple[bytes, "Done | None"]  # what a waiting coroutine gets: its reply, and the exchange
+Replied = tuple[bytes, "Zone | None", "Done | None", "int | None"]  # `Flights.answer`
 DRAIN_POLL = 0.01
 
 
@@ -172,24 +173,24 @@ class Flights:
         self.table[flight] = [waiter]
         self.driver.fly(zone, flight, owner_of)
 
-    async def answer(self, q: wire.Query, listener: Listener) -> tuple[bytes, Zone | None, Done | None]:
-        """A coroutine's reply to a query (a TCP client), the zone that gave it and the
-        upstream exchange it came from (None when none)."""
+    async def answer(self, q: wire.Query, listener: Listener) -> Replied:
+        """A coroutine's reply to a query (a TCP client), the zone that gave it, the upstream
+        exchange it came from (None when none) and `Answer.hit` (None: not a cache hit)."""
         zone = listener.router.route(q.name)
         if zone is None:
-            return unrouted(q), None, None
+            return unrouted(q), None, None, None
         try:
             decided = zone.begin(q, self.clock())
             if isinstance(decided, Answer):
                 self.carry_out(zone, q, decided, listener.router)
-                return decided.reply, zone, None
+                return decided.reply, zone, None, decided.hit
             future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
             self.board(zone, decided, Awaiting(q, decided, future), listener.router.route)
         except Exception as err:  # our own bug: the client still gets an answer, we a log line
             self.internal_error(err)
-            return wire.error_reply(q, dns.rcode.SERVFAIL), zone, None
+            return wire.error_reply(q, dns.rcode.SERVFAIL), zone, None, None
         out, done = await future
-        return out, zone, done
+        return out, zone, done, None
 
     def carry_out(self, zone: Zone, q: wire.Query, answer: Answer, router: Router) -> None:
         """What goes with an answer: its log lines, and the refresh behind it."""
@@ -258,7 +259,7 @@ class Flights:
     # -- sending, accounting and logging -----------------------------------------------------
 
     def send(self, zone: Zone | None, q: wire.Query, listener: Listener, peer: datagrams.Peer,
-             size: int, start: float, out: bytes, via: Done | None = None) -> None:
+             size: int, start: float, out: bytes, via: Done | None = None, hit: int | None = None) -> None:
         """Send one UDP client its reply (truncated to what it takes over UDP), counted and
         logged; `via`: the exchange's outcome it came from (which upstream answered, for `log`)."""
         if len(out) > q.max_udp:
@@ -270,19 +271,24 @@ class Flights:
             sock.sendto(out, peer)
         except OSError:
             pass  # a full buffer or a vanished client: UDP promises nothing, and neither do we
-        self.account(zone, q, listener, peer, "udp", size, out, start, via)
+        self.account(zone, q, listener, peer, "udp", size, out, start, via, hit)
 
     def internal_error(self, err: BaseException) -> None:
         self.internal_errors += 1
         logs.error(f"internal error while resolving: {type(err).__name__}: {err}")
 
     def account(self, zone: Zone | None, q: wire.Query, listener: Listener, addr: datagrams.Peer,
-                proto: str, size: int, out: bytes, start: float, via: Done | None = None) -> None:
+                proto: str, size: int, out: bytes, start: float, via: Done | None = None,
+                hit: int | None = None) -> None:
+        """Count and log one answer sent; `hit`: `Answer.hit` (a cache hit, of a denial when 1)."""
         if zone is None:
             listener.unrouted.answered(proto, listener.family, q.qtype, out, self.clock() - start,
                                        size, "")
             return
-        zone.stats.answered(proto, listener.family, q.qtype, out, self.clock() - start, size)
+        if hit is None:
+            zone.stats.answered(proto, listener.family, q.qtype, out, self.clock() - start, size)
+        else:
+            zone.stats.hit(proto, listener.family, q.qtype, out, self.clock() - start, size, hit)
         if zone.log is not None:
             self.log_query(zone.block, q, addr, proto, size, out, start, via)
 

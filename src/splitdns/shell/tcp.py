@@ -66,10 +66,10 @@ async def serve_client(flights: Flights, connections: Connections, listener: Lis
 async def _answer(flights: Flights, q: wire.Query, listener: Listener,
                   writer: asyncio.StreamWriter, peer: tuple[str, int], size: int) -> None:
     start = flights.clock()
-    out, zone, via = await flights.answer(q, listener)
+    out, zone, via, hit = await flights.answer(q, listener)
     if writer.is_closing():
         return
     writer.write(struct.pack("!H", len(out)) + out)
     if writer.transport.get_write_buffer_size() > flights.config().limits.tcp_buffer:
         writer.transport.abort()  # a client that does not read must not grow our memory
-    flights.account(zone, q, listener, peer, "tcp", size, out, start, via)
+    flights.account(zone, q, listener, peer, "tcp", size, out, start, via, hit)

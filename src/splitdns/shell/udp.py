@@ -97,7 +97,7 @@ class UdpPath:
             decided = zone.begin(q, now) if routed is None else zone.walk(q, now)
             if isinstance(decided, Answer):
                 flights.carry_out(zone, q, decided, listener.router)
-                flights.send(zone, q, listener, peer, size, now, decided.reply)
+                flights.send(zone, q, listener, peer, size, now, decided.reply, hit=decided.hit)
                 return
             flights.board(zone, decided, UdpClient(q, decided, listener, peer, size, now),
                           listener.router.route)
@@ -119,7 +119,7 @@ class UdpPath:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
             turns = None
         batch.reply(i, out)
-        hits.append((zone, q.qtype, out[3] & 0xF, 1 if known.entry[16] else 0))
+        hits.append((zone, q.qtype, out[3] & 0xF, known.denial))
         zone.stats.udp_hit_sizes[metrics.hit_sizes(len(data), len(out))] += 1
         if zone.log is not None:
             self.flights.log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
@@ -127,7 +127,7 @@ class UdpPath:
             self.flights.refresh(zone, known.refresh, q, listener.router)
         if known.replayable:
             listener.memo.remember(data, zone, q.key, known.entry, known.ttl, q.qtype, out, now,
-                                   known.held, turns)
+                                   known.held, turns, denial=known.denial)
         return True
 
     def _count_hits(self, repeats: list[Remembered[Zone]], rendered: list[Tally],
