@@ -18,6 +18,7 @@ from splitdns.core import liveness
 from splitdns.core.cache import STALE_RECHECK
 from splitdns.core.decisions import Answer, Forward, LogLine, QueryError
 from splitdns.core.exchange import Done, Send
+from splitdns.core.loop import LOOP_PROBE_ATTEMPTS
 from splitdns.core.routing import Router
 from splitdns.core.tunnel import UP, Pushed, TunnelState
 from splitdns.core.zone import Zone
@@ -150,6 +151,30 @@ def test_a_loop_probe_that_comes_back_is_a_loop_until_a_probe_is_answered() -> N
     # A probe neither answered nor back teaches nothing: ask again.
     key = wire.name_to_wire(guard.probe_name("eeee", "ffff"))
     assert not guard.probe_finished(key, answered=False, detected_before=guard.probe_sent(key))
+
+
+def test_loop_probes_go_on_until_one_teaches_something_at_most_thirty() -> None:
+    """The retry rule (CoreDNS's loop plugin): a probe neither answered nor back teaches
+    nothing and another follows; one that comes back or is answered ends the round; 30 at most."""
+    t = Transcript(LOOPING)
+    zone = t.zone("example.org.")
+    probing = zone.loop.probing()
+    asked = []
+    while (name := probing.next(f"a{len(asked)}", "b")) is not None:
+        asked.append(name)
+        probing.finished(answered=False)  # a timeout, say
+    assert len(asked) == LOOP_PROBE_ATTEMPTS == 30 and not t.loop_probes
+    probing = zone.loop.probing()
+    name = probing.next("c", "d")
+    assert name == "c.d." and wire.name_to_wire(name) in t.loop_probes
+    probing.finished(answered=True)
+    assert probing.over and probing.next("e", "f") is None and zone.loop.error is None
+    probing = zone.loop.probing()
+    name = probing.next("g", "h")
+    assert name is not None
+    t.begin(parse(name, "HINFO"), 100.0)  # it came back to us
+    probing.finished(answered=False)
+    assert probing.over and zone.loop.error is not None
 
 
 def test_a_probe_back_on_another_zone_still_proves_the_senders_loop() -> None:

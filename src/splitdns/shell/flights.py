@@ -225,7 +225,9 @@ class Flights:
         client gets its answer to the outcome."""
         if settled.notes:
             self.emit(zone, flight.query, settled.notes)
-        waiters = self.table.pop(flight)  # answered once, even if a bug stops us midway
+        table = self.table
+        waiters = table[flight]
+        del table[flight]  # answered once, even if a bug stops us midway
         now = self.clock()
         done, entry = settled.done, settled.entry
         for waiter in waiters:
