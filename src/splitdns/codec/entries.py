@@ -3,6 +3,7 @@
 Why one bytes object (memory and the garbage collector's work): bench/README.md, "Where
 splitdns's time goes" (cache entries). The reply is stored without OPT and with ID zero
 (reply.py). Pure: no sockets, no clock.
+Tests: tests/test_cache.py, tests/test_memo.py.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ The decisions made per miss are slotted dataclasses, not frozen ones: a frozen d
 each field through `object.__setattr__`, four times the cost of a slotted one (bench/README.md,
 "Figures behind the code"), and a miss builds half a dozen. They are still treated as values:
 nobody changes one once made.
+Tests: tests/test_flight.py, tests/test_zone.py.
 """
 
 from __future__ import annotations

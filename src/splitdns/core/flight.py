@@ -19,6 +19,7 @@ this same object and only move bytes and timers, and shell/flights.py hands its 
 every client waiting for it: the flight is to them what dnspython's `_Resolution` is to its
 sync and async resolvers.
 Sans-io: no sockets, no clock (`now` comes in), no logging (`Settled.notes`).
+Tests: tests/test_flight.py, tests/test_misses.py.
 """
 
 from __future__ import annotations

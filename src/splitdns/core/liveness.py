@@ -13,6 +13,7 @@ down, while its tunnel is down, or while it loops.
 
 Sans-io: no sockets, no clock (`now` comes in), no logging (lines are returned); the
 zone's readiness and tunnel state are set here.
+Tests: tests/test_liveness.py.
 """
 
 from __future__ import annotations

@@ -8,6 +8,7 @@ in the same second of its life; the first use in a new second goes through the c
 and it belongs to one listener, which starts it afresh when its routes change (a reload, a zone
 learned from the VPN). It knows of a zone only that it has a cache (`Cached`). Pure: no
 sockets, no clock.
+Tests: tests/test_memo.py, tests/test_zone.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 A labelled prometheus_client counter costs a hundred times what a dict increment costs
 (bench/README.md, "Figures behind the code"); and prometheus_client is imported only when a
 `prometheus` directive asks.
+Tests: tests/test_exposition.py, tests/test_datagrams.py.
 """
 
 from __future__ import annotations

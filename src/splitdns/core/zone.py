@@ -7,6 +7,7 @@ and `minimal` act on the upstream's reply as its flight settles (flight.py), `er
 and `log` are lines the shell writes.
 Sans-io: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s); it
 keeps the zone's state (cache, flights, counts, health), which only its methods change.
+Tests: tests/test_zone.py, tests/test_resolve.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Argument helpers shared by the directive parsers: durations, counts, names, one-liners."""
+"""Argument helpers shared by the directive parsers: durations, counts, names, one-liners.
+
+Tests: tests/test_config.py, tests/test_plugins.py.
+"""
 
 from __future__ import annotations
 

@@ -11,6 +11,7 @@ Syntax:
 A block with `openvpn` and no `forward` forwards everything to the pushed servers, failing
 fast: `failfast_all_unhealthy_upstreams`, `max_fails 1`. `forward FROM openvpn { ... }`
 does the same with the options you choose.
+Tests: tests/test_tunnel.py, tests/test_config.py.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ other kinds (for `suffix`, the suffix is swapped back), and by regex with `answe
 (owners) or `answer value` (CNAME, DNAME, NS, PTR, MX, SRV targets, SOA server, NAPTR
 replacement); the rules that applied are undone last first.
 Other fields (`type`, `class`, `edns0`, `ttl`, `cname`, `rcode`) are not implemented.
+Tests: tests/test_plugins.py, tests/test_plugins_serve.py.
 """
 
 from __future__ import annotations

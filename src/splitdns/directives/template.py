@@ -18,6 +18,7 @@ Corefiles use: `{{ .Name }}`, `{{ .Zone }}`, `{{ .Class }}`, `{{ .Type }}`,
 its file and line, never answered wrongly at run time. `upstream` (a leftover of old Corefiles that
 CoreDNS reads and ignores) loads and does nothing. Regexes are Python's, which read the
 RE2 patterns templates use (`(?P<name>...)` groups included) the same way.
+Tests: tests/test_plugins.py, tests/test_plugins_serve.py.
 """
 
 from __future__ import annotations

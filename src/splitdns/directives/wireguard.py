@@ -12,6 +12,7 @@ Syntax:
 
 As with `openvpn`, a block with `wireguard` and no `forward` forwards everything to the
 tunnel's servers, failing fast; `forward FROM wireguard { ... }` chooses the options.
+Tests: tests/test_wireguard.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ pending cap. `Flights` owns what follows: the table of flights under way and who
 each, handing the outcome to each (`Zone.finish`), our own bug (counted once, SERVFAIL to
 every client), a stop (nobody answered), and the counting and logging of every answer. The
 attempts themselves are made by the driver (misses.py), which only moves bytes and timers and
-reports `settled` or `crashed` here. Tests: tests/test_misses.py, tests/test_server_inprocess.py.
+reports `settled` or `crashed` here.
+Tests: tests/test_misses.py, tests/test_server_inprocess.py.
 """
 
 from __future__ import annotations

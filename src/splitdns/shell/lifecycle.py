@@ -4,6 +4,7 @@ What is decided here is only when and how: the readiness rule, what proves a zon
 what a zone does when its tunnel changes are the core's (core/liveness.py). `/ready?zone=Z`
 is live also without traffic: the check probes Z's upstreams that have been silent for
 READY_HEARD_WITHIN.
+Tests: tests/test_lifecycle_inprocess.py, tests/test_runtime.py.
 """
 
 from __future__ import annotations

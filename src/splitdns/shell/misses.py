@@ -10,7 +10,8 @@ query or does not parse is dropped and counted, and the wait goes on (as in `ups
 TCP (after a truncated reply) and TLS attempts go through `upstream.ask` in a task, and so
 does every attempt where there is no epoll (not Linux). The outcome goes to
 `Flights.settled`, our own bug to `Flights.crashed`. Why: bench/README.md, "Misses on
-callbacks". Tests: tests/test_misses.py, tests/test_flight.py.
+callbacks".
+Tests: tests/test_misses.py, tests/test_flight.py.
 """
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ Bounds as miekg/dns and CoreDNS have them: 3 s to read the first query and each 
 bytes, 10 s idle between queries, `limits tcp_queries` per connection, `tcp_connections`
 at once (beyond: closed at accept), and `tcp_buffer` reply bytes a client may leave unread
 before it is cut off, so a client that does not read cannot grow our memory.
+Tests: tests/test_hostile_clients.py, tests/test_misses.py.
 """
 
 from __future__ import annotations

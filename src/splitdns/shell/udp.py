@@ -5,8 +5,8 @@ dnspython, and sent with one sendmmsg per batch; a repeat within the same second
 lookup (memo.py). Anything else the zone decides (`Zone.walk`): an answer sent at once, or a
 client that boards a flight (flights.py), whose attempts the driver makes on loop callbacks
 (misses.py), with no task. Why it is shaped so, with the figures: bench/README.md, "Where
-splitdns's time goes" and "Misses on callbacks". Tests: tests/test_datagrams.py,
-tests/test_misses.py, tests/test_zone.py (the hot path against `Zone.begin`).
+splitdns's time goes" and "Misses on callbacks".
+Tests: tests/test_datagrams.py, tests/test_misses.py, tests/test_zone.py (hot path = `Zone.begin`).
 """
 
 from __future__ import annotations
