@@ -194,6 +194,36 @@ def test_a_bug_of_ours_answers_servfail_is_counted_and_lands_the_flight(
         with_server(corefile(port, up.target), scenario)
 
 
+def test_a_bug_answering_one_client_leaves_the_others_their_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our own bug while one waiting client's answer is made (here for the one that spelt the
+    name in capitals): that client gets SERVFAIL and the bug is counted; the other clients of
+    the flight, of either path, still get their answer."""
+    port = free_port("127.0.0.1")
+    finish = Zone.finish
+
+    def broken_for_capitals(self: Zone, q: wire.Query, *args: object) -> object:
+        if q.question.startswith(b"\x03WWW"):
+            raise RuntimeError("a bug in answering")
+        return finish(self, q, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Zone, "finish", broken_for_capitals)
+    with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            asked = [asyncio.create_task(ask_over("udp", port, "www.shared.test.", 1))]
+            await asyncio.sleep(0.1)
+            asked.append(asyncio.create_task(ask_over("udp", port, "WWW.shared.test.", 2)))
+            asked.append(asyncio.create_task(ask_over("tcp", port, "www.Shared.test.", 3)))
+            first, broken, over_tcp = [await a for a in asked]
+            assert broken is not None and broken.id == 2 and broken.rcode() == dns.rcode.SERVFAIL
+            assert first is not None and rdata(first) == [GENUINE]
+            assert over_tcp is not None and over_tcp.id == 3 and rdata(over_tcp) == [GENUINE]
+            assert srv.internal_errors == 1 and names_seen(up) == ["www.shared.test."]
+
+        with_server(corefile(port, up.target), scenario)
+
+
 def test_a_client_that_goes_away_leaves_the_flight_to_the_others(tmp_path: Path) -> None:
     """The coroutine of the client that started the flight is cancelled (a TCP client gone)
     while it waits upstream: the flight goes on, the UDP client that joined it gets the

@@ -228,11 +228,15 @@ class Flights:
             self.emit(zone, flight.query, settled.notes)
         table = self.table
         waiters = table[flight]
-        del table[flight]  # answered once, even if a bug stops us midway
+        del table[flight]  # no client joins it from now on
         now = self.clock()
         done, entry = settled.done, settled.entry
         for waiter in waiters:
-            waiter.answer(self, zone, done, entry, now)
+            try:
+                waiter.answer(self, zone, done, entry, now)
+            except Exception as err:  # our own bug with this client: the others still get theirs
+                self.internal_error(err)
+                waiter.failed(self, zone)
 
     def crashed(self, zone: Zone, flight: Flight, err: BaseException) -> None:
         """Our own bug stopped the flight: counted and logged once, the flight lands, and
