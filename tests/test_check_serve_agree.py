@@ -1,14 +1,16 @@
 """`splitdns check` and `splitdns serve` never disagree on whether a Corefile loads.
 
 Every Corefile text of the test suite (each string literal of tests/ that parses as a Corefile
-of known directives, and each file of tests/data/corefiles) goes through `serve`'s load path
+of known directives, each file of tests/data/corefiles and each Corefile of tests/data/kube)
+goes through `serve`'s load path
 (`corefile.load`, `config.build`) and through `check`, in the same directory and environment:
 a Corefile `serve` refuses must get an error from `check`, and one `serve` loads must get no
 SD100 (the code of "serve refuses this"). Other errors of `check` are lints of a Corefile that
 loads (a catch-all into the tunnel, a forward line that never matches), not a disagreement.
 One refusal is this machine's, not the Corefile's: a resolv.conf `serve` cannot read because
 it is not here (`/etc/config/resolv.conf`, mounted into the pod); `check` cannot tell what the
-pod's holds, so it says nothing of it, and the test leaves such a case out.
+pod's holds, so it says nothing of it, and the test leaves such a case out; and so is an
+environment variable unset here, which the pod's environment gives (check warns, SD113).
 CoreDNS's own setup cases, which come with their resolv.conf files, are held to the same rule
 in test_coredns_parity.py.
 """
@@ -61,6 +63,8 @@ def _verdicts(path: Path) -> tuple[str | None, list[findings.Finding]]:
         refused = str(err)
         if err.message.startswith("forward: cannot read ") and "No such file" in err.message:
             return None, []  # the pod's file, absent here: see the module's docstring
+        if err.message.startswith("environment variable ") and err.message.endswith(" is not set"):
+            return None, []  # the pod's environment's to give
     found = lint.check([str(path)], lint.Options(resolver="splitdns"))
     return refused, [f for f in found if f.severity == findings.ERROR]
 
@@ -100,6 +104,16 @@ def test_serve_and_check_agree_on_each_corefile_of_the_corpus(
     copy = tmp_path / "Corefile"
     copy.write_text(path.read_text())
     assert _disagreement(*_verdicts(copy)) is None
+
+
+KUBE_COREFILES = sorted((TESTS / "data" / "kube").rglob("Corefile*"))
+
+
+@pytest.mark.parametrize("path", KUBE_COREFILES, ids=lambda p: str(p.relative_to(TESTS / "data" / "kube")))
+def test_serve_and_check_agree_on_each_corefile_of_the_kube_checks(
+        path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(path.parent)
+    assert _disagreement(*_verdicts(path)) is None
 
 
 def test_a_forward_to_a_file_without_a_nameserver_is_refused_by_both(
