@@ -71,7 +71,7 @@ def child(conf: str, port: int, stats_path: str) -> int:
             server = runtime.server
             while True:
                 stats = {"t": time.monotonic(), "tasks": len(asyncio.all_tasks()),
-                         "inflight": len(server.resolution.flights), "tcp": server.tcp_connections,
+                         "inflight": len(server.flights.table), "tcp": server.tcp_connections,
                          "pending": sum(z.pending for z in server.zones.values()),
                          "cache": sum(len(z.cache) for z in server.zones.values() if z.cache),
                          "mismatched": server.counters.mismatched, "unparseable": server.counters.unparseable,

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from bench import curves, environment, growth, measure, mix, peers, report, run, wakeup
+from bench import calls, curves, environment, growth, measure, mix, peers, report, run, wakeup
 
 from tests.support import prerequisites
 
@@ -28,6 +28,13 @@ def test_wakeup_times_hits_at_a_pace_and_in_a_queue_and_every_reply_comes_back()
     figures = asyncio.run(wakeup.measure(rounds=40, queue=5))
     assert sorted(figures) == ["pace", "queue of 5"]
     assert all(0 < micros < 1e6 for micros in figures.values())
+
+
+def test_calls_counts_each_kind_of_query_and_a_miss_costs_more_than_a_hit() -> None:
+    figures = asyncio.run(calls.measure(queries=20))
+    assert list(figures) == ["udp miss", "udp hit", "tcp miss", "tcp hit"]
+    assert figures["udp miss"][0] > figures["udp hit"][0] > 0
+    assert figures["tcp miss"][0] > figures["tcp hit"][0] > 0
 
 
 def test_wakeup_refuses_a_queue_larger_than_a_batch() -> None:

@@ -415,7 +415,7 @@ def test_reads_far_apart_take_one_datagram_and_close_ones_a_batch() -> None:
     pod's pace (recvfrom); a read soon after the last, or after one that found several, a
     queue (recvmmsg)."""
     with sockets(socket.AF_INET, 0) as (sock, _):
-        listener = server.Listener("127.0.0.1", 0, Router([]))
+        listener = listener_module.Listener("127.0.0.1", 0, Router([]))
         listener.batch, listener.single = datagrams.open_batch(sock), datagrams.OneByOne(sock, 1)
         gap = listener_module.QUIET_GAP
         reads = [(10.0, 1), (10.0 + 10 * gap, 1), (10.0 + 10.2 * gap, 4), (20.0, 1), (30.0, 0),

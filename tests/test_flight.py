@@ -157,7 +157,7 @@ def test_a_reply_handed_on_with_next_lands_once_and_gives_back_both_forwards_cou
 
 def test_a_bug_while_settling_leaves_the_flight_to_abandon_once(monkeypatch: pytest.MonkeyPatch) -> None:
     """Our own bug (here in storing) stops `answered` midway: the flight has not landed, and
-    the driver's `abandon` lands it (shell/misses.py's `crashed`, resolution's `_flight`)."""
+    the driver's report lands it (shell/flights.py's `crashed` and `close`)."""
     t = Transcript(ONE)
     zone, flight, send = started(t, "www.example.org.")
     started(t, "other.example.org.")
@@ -223,7 +223,7 @@ def test_a_failing_upstream_is_named_for_a_probe_only_where_max_fails_can_mark_i
 
 
 def test_a_probe_flight_is_in_no_table_and_its_outcome_is_the_exchanges_own() -> None:
-    """Readiness and loop probes (`Resolution.ask_upstreams`): nobody joins them, nothing is
+    """Readiness and loop probes (`Flights.ask_upstreams`): nobody joins them, nothing is
     stored, `next` does not hand them on."""
     t = Transcript(". {\n cache 30\n forward . 192.0.2.1 {\n  next NXDOMAIN\n }\n forward . 192.0.2.2\n}\n")
     zone = t.zone("example.org.")

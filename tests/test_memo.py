@@ -47,7 +47,8 @@ def served(router: Router, memo: Memo[Zone], data: bytes, now: float) -> bytes |
         return None
     ttl = entries.remaining(entry, now)
     out = entries.render(entry, ttl, q)
-    memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now)
+    denial = int(entries.kind(entry) != entries.SUCCESS)
+    memo.remember(data, zone, q.key, entry, ttl, q.qtype, out, now, denial=denial)
     return out
 
 
@@ -107,13 +108,14 @@ def test_learning_zones_forgets_and_the_memo_is_bounded() -> None:
     small = Memo(limit=2)
     entry = entries.make(b"\x00" * 12, (), entries.SUCCESS, 30, 100.0)
     for i in range(5):
-        small.remember(bytes([0, i]) + b"q%d" % i, zone, b"k", entry, 30, 1, b"\x00\x00\x81\x80", 100.0)
+        small.remember(bytes([0, i]) + b"q%d" % i, zone, b"k", entry, 30, 1, b"\x00\x00\x81\x80", 100.0,
+                       denial=0)
         assert len(small) <= 2
     padded = query(NAME)
     padded.use_edns(0, options=[dns.edns.GenericOption(65001, b"x" * 600)])
     long_query = to_wire(padded)
     before = len(small)
-    small.remember(long_query, zone, b"k", entry, 30, 1, b"\x00\x00\x81\x80", 100.0)
+    small.remember(long_query, zone, b"k", entry, 30, 1, b"\x00\x00\x81\x80", 100.0, denial=0)
     assert long_query[2:] not in small.table and len(small) == before
 
 
@@ -143,7 +145,7 @@ def test_a_truncated_reply_is_not_patched_but_rendered_anew() -> None:
     entry = zone.cache.get(q.key, 100.0)
     assert entry is not None
     cut = wire.truncated(q, 0x8180)  # as the shell sends when the answer is over 512 bytes
-    memo.remember(data, zone, q.key, entry, entries.remaining(entry, 100.0), q.qtype, cut, 100.0)
+    memo.remember(data, zone, q.key, entry, entries.remaining(entry, 100.0), q.qtype, cut, 100.0, denial=0)
     same_second = memo_lookup(memo, data, 100.5)
     assert same_second is not None and same_second[0] == cut
     assert memo_lookup(memo, data, 101.0) is None and len(memo) == 0

@@ -1,11 +1,12 @@
-"""The callback miss path (shell/misses.py): a UDP miss without task, coroutine or future.
+"""The flights of misses (shell/flights.py) and their driver on loop callbacks (shell/misses.py).
 
-An in-process server (to see which path carried the miss) in front of scripted upstream
-processes on 127.0.0.x, asked by real UDP and TCP clients. The hostile suites
-(test_hostile_*.py) run the same path through `splitdns serve`; these tests pin what is
-particular to it: that it is the path taken, forgeries dropped while it waits, failover on
-its timer, TCP after truncation, merging with the coroutine path, a bug of ours answered
-and a stop answering nobody, on either path, each landing its flight once.
+An in-process server in front of scripted upstream processes on 127.0.0.x, asked by real UDP
+and TCP clients. Every miss, whichever client asked, boards a flight `Flights` owns and the one
+driver flies it; each behaviour is one test over both client paths (a UDP client answered from
+a callback, a coroutine: a TCP client, or `Flights.answer` which it runs): forgeries dropped
+while the attempt waits, failover on its timer, merging across the paths, the pending cap, a
+bug of ours answered, a client that goes away, drain and stop, each landing its flight once.
+The hostile suites (test_hostile_*.py) run the same through `splitdns serve`.
 """
 
 from __future__ import annotations
@@ -24,9 +25,9 @@ import pytest
 
 from splitdns import config
 from splitdns.codec import wire
-from splitdns.core.flight import ABANDONED
+from splitdns.core.flight import ABANDONED, Flight
 from splitdns.core.zone import Zone
-from splitdns.shell import datagrams, misses, server
+from splitdns.shell import datagrams, server
 from tests.helpers import query
 from tests.support.hostile import ask_tcp, ask_udp, names_seen, rcode_of, rdata
 from tests.support.inprocess import FakeUpstream, replies_to, serving, with_server
@@ -37,6 +38,7 @@ T = TypeVar("T")
 GENUINE = "192.0.2.1"
 # An upstream that answers every name after 400 ms: long enough for other clients to join.
 SLOW_GENUINE = [{"suffix": ".", "delay_ms": 400, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+CLIENTS = ["udp", "tcp"]
 
 
 def corefile(port: int, forward: str, options: str = "") -> config.Config:
@@ -44,37 +46,55 @@ def corefile(port: int, forward: str, options: str = "") -> config.Config:
                         default_port=port)
 
 
-async def udp(port: int, name: str, qid: int = 0x1234) -> dns.message.Message | None:
-    raw, _ = await asyncio.to_thread(ask_udp, port, query(name, qid=qid))
+async def ask_over(client: str, port: int, name: str, qid: int = 0x1234,
+                   timeout: float = 3.0) -> dns.message.Message | None:
+    """One query from a real client over UDP or TCP; None when nobody answered."""
+    ask_by = ask_udp if client == "udp" else ask_tcp
+    raw, _ = await asyncio.to_thread(ask_by, port, query(name, qid=qid), timeout)
     return None if raw is None else dns.message.from_wire(raw)
 
 
-def in_flight(srv: server.Server) -> list[object]:
-    return list(srv.resolution.flights.values())
+def in_flight(srv: server.Server) -> list[Flight]:
+    return list(srv.flights.table)
 
 
-def test_a_miss_waits_on_callbacks_and_drops_forgeries_until_the_genuine_reply(tmp_path: Path) -> None:
+def waiting_on(srv: server.Server) -> list[int]:
+    """How many clients wait on each flight under way."""
+    return [len(w) for w in srv.flights.table.values()]
+
+
+def coroutine_asks(srv: server.Server, name: str) -> asyncio.Task[tuple[bytes, Zone | None, object]]:
+    """The coroutine path as a TCP client's task runs it (`Flights.answer`), in this process."""
+    q = wire.parse_query(query(name).to_wire())
+    assert q is not None
+    return asyncio.create_task(srv.flights.answer(q, srv.listeners[0]))
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_miss_waits_on_callbacks_and_drops_forgeries_until_the_genuine_reply(
+        tmp_path: Path, client: str) -> None:
     forge = {"wrong_id": 1, "wrong_question": 1, "wrong_qtype": 1, "qr_clear": 1}
     rules = [{"suffix": ".", "delay_ms": 400, "forge": forge, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
     port = free_port("127.0.0.1")
     with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:
-            asked = asyncio.create_task(udp(port, "www.callback.test."))
+            asked = asyncio.create_task(ask_over(client, port, "www.callback.test."))
             await asyncio.sleep(0.2)  # the forgeries are in, the genuine reply is not
-            waiting = in_flight(srv)
-            assert len(waiting) == 1 and isinstance(waiting[0], misses.Miss)
-            assert not srv.resolution.tasks  # no task for the miss
+            assert len(in_flight(srv)) == 1
+            assert len(srv.misses.waiting) == 1  # a socket in the epoll set
+            assert not srv.tasks  # no task for the attempt, whoever asked
             assert srv.counters.mismatched == len(forge)
             msg = await asked
             assert msg is not None and msg.rcode() == dns.rcode.NOERROR and rdata(msg) == [GENUINE]
-            assert not in_flight(srv) and not srv.udp.misses.waiting
+            assert not in_flight(srv) and not srv.misses.waiting
             assert srv.counters.mismatched == len(forge)
 
         with_server(corefile(port, up.target), scenario)
 
 
-def test_a_timeout_on_the_callback_path_fails_over_to_the_next_upstream(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_timeout_on_the_callback_path_fails_over_to_the_next_upstream(tmp_path: Path, client: str) -> None:
     answer = [{"suffix": ".", "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
     port = free_port("127.0.0.1")
     with scripted_upstream(tmp_path, [{"suffix": ".", "action": "drop"}], "127.0.0.31") as dead, \
@@ -82,7 +102,7 @@ def test_a_timeout_on_the_callback_path_fails_over_to_the_next_upstream(tmp_path
 
         async def scenario(srv: server.Server) -> None:
             began = time.monotonic()
-            msg = await udp(port, "www.failover.test.")
+            msg = await ask_over(client, port, "www.failover.test.")
             took = time.monotonic() - began
             assert msg is not None and rdata(msg) == [GENUINE]
             # The dead one was asked first (sequential) and its read_timeout ran out.
@@ -99,80 +119,44 @@ def test_a_timeout_on_the_callback_path_fails_over_to_the_next_upstream(tmp_path
                 scenario)
 
 
-def test_a_truncated_reply_is_asked_again_over_tcp(tmp_path: Path) -> None:
-    rules = [{"suffix": ".", "action": "truncate", "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+@pytest.mark.parametrize("first", CLIENTS)
+def test_identical_queries_of_both_paths_share_one_upstream_query(tmp_path: Path, first: str) -> None:
+    """Whichever path asks first, the identical queries of the other (and its own) join its
+    flight: one upstream query, and each client its own answer (ID, spelling); the UDP
+    clients that join make no task."""
+    other = "tcp" if first == "udp" else "udp"
     port = free_port("127.0.0.1")
-    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
+    with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:
-            msg = await udp(port, "www.truncated.test.")
-            assert msg is not None and rdata(msg) == [GENUINE]
-            assert [q["transport"] for q in up.queries() if "qname" in q] == ["udp", "tcp"]
+            asked = [asyncio.create_task(ask_over(first, port, "www.merged.test.", 1))]
+            await asyncio.sleep(0.15)
+            tasks = len(srv.tasks)
+            asked.append(asyncio.create_task(ask_over(first, port, "WWW.merged.test.", 2)))
+            asked.append(asyncio.create_task(ask_over(other, port, "Www.Merged.test.", 3)))
+            await asyncio.sleep(0.1)
+            assert waiting_on(srv) == [3]
+            assert len(srv.tasks) == tasks  # nobody made a task to wait
+            answers = [await a for a in asked]
+            assert [m.id for m in answers if m is not None] == [1, 2, 3]
+            assert all(m is not None and rdata(m) == [GENUINE] for m in answers)
+            spelt = [m.question[0].name.to_text() for m in answers if m is not None]
+            assert spelt == ["www.merged.test.", "WWW.merged.test.", "Www.Merged.test."]
+            assert names_seen(up) == ["www.merged.test."]
             assert not in_flight(srv)
 
         with_server(corefile(port, up.target), scenario)
 
 
-def test_identical_queries_of_both_paths_share_one_upstream_query(tmp_path: Path) -> None:
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_pending_cap_refuses_as_the_zone_decides(tmp_path: Path, client: str) -> None:
     port = free_port("127.0.0.1")
     with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:
-            first = asyncio.create_task(udp(port, "www.merged.test.", 1))
+            first = asyncio.create_task(ask_over("udp", port, "one.capped.test.", 1))
             await asyncio.sleep(0.1)
-            second = asyncio.create_task(udp(port, "WWW.merged.test.", 2))
-            # TCP goes through the coroutine path, which awaits the callback path's miss.
-            over_tcp = asyncio.create_task(asyncio.to_thread(ask_tcp, port, query("www.merged.test.", qid=3)))
-            await asyncio.sleep(0.1)
-            waiting = in_flight(srv)
-            assert len(waiting) == 1 and isinstance(waiting[0], misses.Miss)
-            assert len(waiting[0].waiters) == 2
-            answers = [await first, await second]
-            raw, _ = await over_tcp
-            assert raw is not None
-            answers.append(dns.message.from_wire(raw))
-            assert [m.id for m in answers if m is not None] == [1, 2, 3]
-            assert all(m is not None and rdata(m) == [GENUINE] for m in answers)
-            assert answers[1] is not None and answers[1].question[0].name.to_text() == "WWW.merged.test."
-            assert names_seen(up) == ["www.merged.test."]
-
-        with_server(corefile(port, up.target), scenario)
-
-
-def test_a_udp_miss_joins_the_flight_a_tcp_client_started(tmp_path: Path) -> None:
-    """The other way round: the coroutine path (a TCP client) asks first; a UDP client of the
-    same question waits on its future from a callback, with no task, and gets its own answer."""
-    port = free_port("127.0.0.1")
-    with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
-
-        async def scenario(srv: server.Server) -> None:
-            over_tcp = asyncio.create_task(asyncio.to_thread(ask_tcp, port, query("www.joined.test.", qid=7)))
-            await asyncio.sleep(0.15)
-            [waiting] = in_flight(srv)
-            assert isinstance(waiting, asyncio.Future)  # the TCP client's task asks
-            tasks = len(srv.resolution.tasks)
-            over_udp = asyncio.create_task(udp(port, "Www.Joined.test.", 8))
-            await asyncio.sleep(0.1)
-            assert len(srv.resolution.tasks) == tasks  # the UDP client made none
-            msg = await over_udp
-            raw, _ = await over_tcp
-            assert raw is not None and msg is not None
-            assert msg.id == 8 and rdata(msg) == [GENUINE]
-            assert msg.question[0].name.to_text() == "Www.Joined.test."
-            assert dns.message.from_wire(raw).id == 7
-            assert names_seen(up) == ["www.joined.test."]
-
-        with_server(corefile(port, up.target), scenario)
-
-
-def test_the_pending_cap_refuses_on_the_callback_path_as_the_zone_decides(tmp_path: Path) -> None:
-    port = free_port("127.0.0.1")
-    with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
-
-        async def scenario(srv: server.Server) -> None:
-            first = asyncio.create_task(udp(port, "one.capped.test.", 1))
-            await asyncio.sleep(0.1)
-            second = await udp(port, "two.capped.test.", 2)
+            second = await ask_over(client, port, "two.capped.test.", 2)
             assert second is not None and second.rcode() == dns.rcode.REFUSED
             msg = await first
             assert msg is not None and rdata(msg) == [GENUINE]
@@ -182,13 +166,12 @@ def test_the_pending_cap_refuses_on_the_callback_path_as_the_zone_decides(tmp_pa
         with_server(config.loads(capped, default_port=port), scenario)
 
 
-@pytest.mark.parametrize("transport", ["udp", "tcp"])
+@pytest.mark.parametrize("client", CLIENTS)
 def test_a_bug_of_ours_answers_servfail_is_counted_and_lands_the_flight(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transport: str) -> None:
-    """A bug while the flight settles, on the callback path (UDP) and on the coroutine path (a
-    TCP client): the client gets SERVFAIL, the bug is counted, and the driver abandons the
-    flight, so nothing is left pending."""
-    rules = [{"suffix": ".", "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, client: str) -> None:
+    """A bug while the flight settles, with a UDP client and a TCP one waiting: each gets
+    SERVFAIL, the bug is counted once, and the flight is abandoned, so nothing is left pending."""
+    rules = [{"suffix": ".", "delay_ms": 200, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
     port = free_port("127.0.0.1")
 
     def broken(self: Zone, *args: object) -> None:
@@ -198,12 +181,12 @@ def test_a_bug_of_ours_answers_servfail_is_counted_and_lands_the_flight(
     with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:
-            if transport == "udp":
-                msg = await udp(port, "www.bug.test.")
-            else:
-                raw, _ = await asyncio.to_thread(ask_tcp, port, query("www.bug.test."))
-                msg = None if raw is None else dns.message.from_wire(raw)
+            asked = asyncio.create_task(ask_over(client, port, "www.bug.test."))
+            await asyncio.sleep(0.1)
+            joined = await ask_over("tcp" if client == "udp" else "udp", port, "www.bug.test.")
+            msg = await asked
             assert msg is not None and msg.rcode() == dns.rcode.SERVFAIL
+            assert joined is not None and joined.rcode() == dns.rcode.SERVFAIL
             assert srv.internal_errors == 1
             zone = next(iter(srv.zones.values()))
             assert not in_flight(srv) and (zone.pending, zone.forwards[0].inflight) == (0, 0)
@@ -211,89 +194,115 @@ def test_a_bug_of_ours_answers_servfail_is_counted_and_lands_the_flight(
         with_server(corefile(port, up.target), scenario)
 
 
-def test_a_cancelled_coroutine_lands_the_flight_it_drives(tmp_path: Path) -> None:
-    """The coroutine path's task is cancelled (a stop, a client gone) while it waits upstream:
-    its flight is abandoned, and nothing is left pending."""
+def test_a_bug_answering_one_client_leaves_the_others_their_answer(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Our own bug while one waiting client's answer is made (here for the one that spelt the
+    name in capitals): that client gets SERVFAIL and the bug is counted; the other clients of
+    the flight, of either path, still get their answer."""
     port = free_port("127.0.0.1")
+    finish = Zone.finish
+
+    def broken_for_capitals(self: Zone, q: wire.Query, *args: object) -> object:
+        if q.question.startswith(b"\x03WWW"):
+            raise RuntimeError("a bug in answering")
+        return finish(self, q, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Zone, "finish", broken_for_capitals)
     with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:
-            q = wire.parse_query(query("www.halted.test.").to_wire())
-            assert q is not None
-            asked = asyncio.create_task(srv.resolution.answer(q, srv.listeners[0]))
-            await asyncio.sleep(0.15)
-            [waiting] = in_flight(srv)
-            assert isinstance(waiting, asyncio.Future)
-            zone = next(iter(srv.zones.values()))
-            assert zone.pending == 1
-            asked.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await asked
-            assert not in_flight(srv)
-            assert (zone.pending, zone.forwards[0].inflight, zone.flights) == (0, 0, {})
+            asked = [asyncio.create_task(ask_over("udp", port, "www.shared.test.", 1))]
+            await asyncio.sleep(0.1)
+            asked.append(asyncio.create_task(ask_over("udp", port, "WWW.shared.test.", 2)))
+            asked.append(asyncio.create_task(ask_over("tcp", port, "www.Shared.test.", 3)))
+            first, broken, over_tcp = [await a for a in asked]
+            assert broken is not None and broken.id == 2 and broken.rcode() == dns.rcode.SERVFAIL
+            assert first is not None and rdata(first) == [GENUINE]
+            assert over_tcp is not None and over_tcp.id == 3 and rdata(over_tcp) == [GENUINE]
+            assert srv.internal_errors == 1 and names_seen(up) == ["www.shared.test."]
 
         with_server(corefile(port, up.target), scenario)
 
 
-def test_drain_waits_for_the_misses_in_flight(tmp_path: Path) -> None:
+def test_a_client_that_goes_away_leaves_the_flight_to_the_others(tmp_path: Path) -> None:
+    """The coroutine of the client that started the flight is cancelled (a TCP client gone)
+    while it waits upstream: the flight goes on, the UDP client that joined it gets the
+    answer, the cache keeps it, and nothing is left pending."""
+    port = free_port("127.0.0.1")
+    with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
+
+        async def scenario(srv: server.Server) -> None:
+            asked = coroutine_asks(srv, "www.halted.test.")
+            await asyncio.sleep(0.1)
+            joined = asyncio.create_task(ask_over("udp", port, "www.halted.test."))
+            await asyncio.sleep(0.1)
+            zone = next(iter(srv.zones.values()))
+            assert zone.pending == 1 and waiting_on(srv) == [2]
+            asked.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await asked
+            msg = await joined
+            assert msg is not None and rdata(msg) == [GENUINE]
+            assert not in_flight(srv)
+            assert (zone.pending, zone.forwards[0].inflight, zone.flights) == (0, 0, {})
+            assert zone.cache is not None and len(zone.cache) == 1
+            assert names_seen(up) == ["www.halted.test."]
+
+        with_server(corefile(port, up.target), scenario)
+
+
+@pytest.mark.parametrize("client", ["udp", "coroutine"])
+def test_drain_waits_for_the_misses_in_flight(tmp_path: Path, client: str) -> None:
     rules = [{"suffix": ".", "delay_ms": 300, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
     port = free_port("127.0.0.1")
     with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:
-            asked = asyncio.create_task(udp(port, "www.drain.test."))
+            asked: asyncio.Task[object] = asyncio.create_task(ask_over("udp", port, "www.drain.test.")) \
+                if client == "udp" else coroutine_asks(srv, "www.drain.test.")
             await asyncio.sleep(0.1)
-            assert any(isinstance(m, misses.Miss) for m in in_flight(srv))
+            assert in_flight(srv)
             began = time.monotonic()
             await srv.drain(5.0)
             assert not in_flight(srv)  # finished, not abandoned: its answer went to the cache
             assert 0.1 <= time.monotonic() - began < 4.0
             zone = next(iter(srv.zones.values()))
             assert zone.cache is not None and len(zone.cache) == 1
-            await asked  # the listener closed first: no reply, as on the coroutine path
+            # The listener closed first: no reply over UDP; the coroutine has its own.
+            answered = await asked
+            if client == "udp":
+                assert answered is None
+            else:
+                assert isinstance(answered, tuple) and rdata(dns.message.from_wire(answered[0])) == [GENUINE]
 
         with_server(corefile(port, up.target), scenario)
 
 
-def test_a_server_stop_answers_nobody_and_lands_the_misses_in_flight(tmp_path: Path) -> None:
-    """As a cancelled task on the coroutine path: no answer, and the flight leaves the zone's
-    table and its counts (core/flight.py: abandoned), so nothing is left pending."""
+@pytest.mark.parametrize("client", ["udp", "coroutine"])
+def test_a_server_stop_answers_nobody_and_lands_the_misses_in_flight(tmp_path: Path, client: str) -> None:
+    """As a cancelled task: no answer, and the flight leaves the zone's table and its counts
+    (core/flight.py: abandoned), so nothing is left pending."""
     port = free_port("127.0.0.1")
     with scripted_upstream(tmp_path, SLOW_GENUINE, "127.0.0.31") as up:
 
         async def scenario(srv: server.Server) -> None:
-            asked = asyncio.create_task(asyncio.to_thread(ask_udp, port, query("www.stopped.test."), 1.0))
+            asked: asyncio.Task[object] = \
+                asyncio.create_task(asyncio.to_thread(ask_udp, port, query("www.stopped.test."), 1.0)) \
+                if client == "udp" else coroutine_asks(srv, "www.stopped.test.")
             await asyncio.sleep(0.15)
-            [miss] = in_flight(srv)
-            assert isinstance(miss, misses.Miss)
+            [flight] = in_flight(srv)
             zone = next(iter(srv.zones.values()))
             assert zone.pending == 1 and zone.forwards[0].inflight == 1
             srv.close()
-            assert not in_flight(srv) and not srv.udp.misses.waiting
+            assert not in_flight(srv) and not srv.misses.waiting
             assert (zone.pending, zone.forwards[0].inflight, zone.flights) == (0, 0, {})
-            assert miss.flight.state is ABANDONED
-            raw, _ = await asked
-            assert raw is None  # nobody answered
-
-        with_server(corefile(port, up.target), scenario)
-
-
-def test_a_coroutine_that_comes_to_await_a_settled_miss_has_its_outcome_at_once(tmp_path: Path) -> None:
-    """`asyncio.shield(miss)` (resolution's `_flight`) first runs a turn of the loop later: the miss may
-    have settled by then, and the coroutine must not wait for an outcome that came already."""
-    rules = [{"suffix": ".", "delay_ms": 200, "records": [f"{{qname}} 60 IN A {GENUINE}"]}]
-    port = free_port("127.0.0.1")
-    with scripted_upstream(tmp_path, rules, "127.0.0.31") as up:
-
-        async def scenario(srv: server.Server) -> None:
-            asked = asyncio.create_task(udp(port, "www.late.test."))
-            await asyncio.sleep(0.1)
-            [miss] = in_flight(srv)
-            assert isinstance(miss, misses.Miss)
-            msg = await asked
-            assert msg is not None and rdata(msg) == [GENUINE]
-            done, entry = await asyncio.wait_for(asyncio.shield(miss), 1.0)
-            assert done.reply is not None and entry is not None
+            assert flight.state is ABANDONED
+            if client == "udp":
+                raw, _ = await asked  # type: ignore[misc]
+                assert raw is None  # nobody answered
+            else:
+                with pytest.raises(asyncio.CancelledError):
+                    await asked
 
         with_server(corefile(port, up.target), scenario)
 
@@ -339,7 +348,7 @@ def test_the_attempts_of_one_read_share_one_deadline_and_leave_it_as_they_end() 
     async def scenario() -> tuple[list[tuple[int, int]], list[str]]:
         async with FakeUpstream(handle) as up, serving(f". {{\n cache 30\n forward . {up.target} {{\n"
                                                        " read_timeout 300ms\n max_fails 0\n }\n}\n") as s:
-            misses = s.server.udp.misses
+            misses = s.server.misses
             clients = [socket.socket(socket.AF_INET, socket.SOCK_DGRAM) for _ in range(3)]
             try:
                 for c, name in zip(clients, ["dead1.test.", "dead2.test.", "live.test."], strict=True):

@@ -262,15 +262,33 @@ def test_template_refuses_go_template_actions_it_does_not_implement_naming_the_l
 @pytest.mark.parametrize(("body", "error"), [
     ("template XX A", "template: 'XX' is not a class"),
     ("template IN NOPE", "template: 'NOPE' is not a record type"),
-    ("template IN A {\n match (\n}", "template: match '(' is not a regular expression"),
+    ("template IN A {\n match (\n}", "template match: '(' is not a regular expression"),
     ("template IN A {\n rcode MAYBE\n}", "template: 'MAYBE' is not a response code"),
     ("template IN A {\n ederror 21\n}", "template: ederror is not implemented by splitdns"),
+    ("template IN A exa$mple.org", "template: 'exa$mple.org' is not a domain name"),
+    ("template IN A example.org:", "template: 'example.org:' is not a domain name"),
     ("template IN A {\n answer \"{{ .Name 60 IN A 1.2.3.4\"\n}", "template: unbalanced"),
     ("template IN A {\n answer \"{{ .Name }} }} 60 IN A {{ .Type }}\"\n}", "template: unbalanced"),
 ])
 def test_template_refuses_what_it_cannot_read(body: str, error: str) -> None:
     with pytest.raises(ConfigError, match=re.escape(error)):
         config.loads(f". {{\n {body}\n}}\n", read_files=False)
+
+
+@pytest.mark.parametrize(("argument", "zones"), [
+    ("Example.ORG", ("example.org.",)),
+    ("dns://example.org", ("example.org.",)),  # CoreDNS's plugin.Host drops the transport
+    ("tls://example.org:853", ("example.org.",)),  # and the port
+    ("example.org:1053", ("example.org.",)),
+    ("10.0.0.0/8:53", ("10.in-addr.arpa.",)),
+    ("2001:db8::/32", ("8.b.d.0.1.0.0.2.ip6.arpa.",)),
+])
+def test_template_zones_are_read_as_corednss_plugin_host_reads_them(
+        argument: str, zones: tuple[str, ...]) -> None:
+    loaded = config.loads(f". {{\n template IN A {argument} {{\n  rcode NXDOMAIN\n }}\n}}\n",
+                          read_files=False)
+    [spec] = loaded.blocks[0][directives.TEMPLATE]
+    assert spec.zones == zones
 
 
 # -- rewrite ---------------------------------------------------------------------------------
@@ -452,7 +470,7 @@ def test_the_memo_hands_out_each_rotation_in_turn_with_the_ttl_counted_down() ->
     entry = zone.cache.put(q.key, q.name, upstream, 100.0)
     assert entry is not None
     turns = loadbalance.rotations(entries.render(entry, 60, q))
-    memo.remember(data, zone, q.key, entry, 60, q.qtype, turns[0], 100.0, None, turns)
+    memo.remember(data, zone, q.key, entry, 60, q.qtype, turns[0], 100.0, None, turns, denial=0)
 
     def first(now: float) -> tuple[str, int]:
         found = memo_lookup(memo, data, now)
@@ -475,7 +493,7 @@ def test_the_memo_answers_the_blocks_own_answers_until_they_are_replaced() -> No
     made = zone.local.decide(q)
     assert isinstance(made, bytes)
     memo.remember(data, zone, q.key, made, None, q.qtype, entries.render(made, None, q), 0.0,
-                         zone.local.answers)
+                         zone.local.answers, denial=0)
     assert memo_lookup(memo, data, 10_000.0) is not None  # no TTL to count down: held is enough
     zone.local.load_hosts("192.168.1.99 example.com\n", (3, 1))
     assert memo_lookup(memo, data, 10_000.0) is None

@@ -1,7 +1,7 @@
 """Who answered: `log` says which upstream answered a query and how long its exchange took (a
 template placeholder, CoreDNS's `{/forward/upstream}` metadata, fields of `format json`), and
-`errors` lines name the zone. A real server in process (tests/support/inprocess.py), over UDP
-(the callback path) and TCP (the coroutine path)."""
+`errors` lines name the zone. A real server in process (tests/support/inprocess.py), asked
+over UDP and TCP."""
 
 from __future__ import annotations
 

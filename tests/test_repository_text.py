@@ -63,3 +63,34 @@ def test_every_product_module_reads_in_one_sitting() -> None:
     long = [f"{p.relative_to(ROOT)}: {n} lines" for p in modules
             if (n := len(p.read_text().splitlines())) > MODULE_LINES]
     assert not long, f"over {MODULE_LINES} lines, split where the seam is natural:\n" + "\n".join(long)
+
+
+# The modules that name their tests; kube/ is to follow when it is regrouped.
+NAMES_ITS_TESTS_OUTSIDE = ("kube",)
+TESTS_LINE = re.compile(r"^Tests: (.+?)\.?$", re.M)
+NAMED_TEST = re.compile(r"tests/[\w/]+\.py")
+
+
+def _names_its_tests(path: Path) -> bool:
+    """A product module, not a package marker (an `__init__.py` of a few lines) or __main__."""
+    rel = path.relative_to(ROOT / "src" / "splitdns")
+    if rel.parts[0] in NAMES_ITS_TESTS_OUTSIDE or path.name == "__main__.py":
+        return False
+    return path.name != "__init__.py" or len(path.read_text().splitlines()) > 10
+
+
+def test_every_product_module_names_where_its_tests_are_and_they_exist() -> None:
+    import ast
+
+    modules = [p for p in sorted((ROOT / "src" / "splitdns").rglob("*.py")) if _names_its_tests(p)]
+    assert len(modules) > 70  # the package was found
+    silent, missing = [], []
+    for path in modules:
+        doc = ast.get_docstring(ast.parse(path.read_text(encoding="utf-8"))) or ""
+        line = TESTS_LINE.search(doc)
+        named = NAMED_TEST.findall(line.group(1)) if line else []
+        if not named:
+            silent.append(str(path.relative_to(ROOT)))
+        missing += [f"{path.relative_to(ROOT)}: {t}" for t in named if not (ROOT / t).is_file()]
+    assert not silent, "no `Tests: tests/test_x.py` line in the docstring of:\n" + "\n".join(silent)
+    assert not missing, "tests named that do not exist:\n" + "\n".join(missing)

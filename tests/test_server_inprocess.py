@@ -15,6 +15,7 @@ import dns.message
 import dns.name
 import dns.rcode
 import dns.rrset
+import pytest
 
 from splitdns import config
 from tests.helpers import query, reply
@@ -378,10 +379,13 @@ def test_mixed_case_is_relayed_and_a_reply_in_another_case_is_accepted() -> None
 
 # --- truncation and TCP (end to end: test_hostile_upstream.py C3 and C4) --------------------------
 
-def test_a_truncated_reply_is_asked_again_over_tcp_and_a_big_answer_is_truncated_for_udp_clients() -> None:
-    """An upstream's TC reply is asked again over TCP of the same upstream (and the client gets
-    the full answer, no TC); an answer bigger than a client's UDP size (512 without EDNS, its
-    EDNS size else) goes over UDP truncated with no records, whole over TCP, from the cache."""
+@pytest.mark.parametrize("client", ["udp", "tcp"])
+def test_a_truncated_reply_is_asked_again_over_tcp_and_a_big_answer_is_truncated_for_udp_clients(
+        client: str) -> None:
+    """An upstream's TC reply is asked again over TCP of the same upstream (and the client,
+    over UDP or TCP, gets the full answer, no TC; the flight lands); an answer bigger than a
+    client's UDP size (512 without EDNS, its EDNS size else) goes over UDP truncated with no
+    records, whole over TCP, from the cache."""
     records = [f"many.example.org. 60 IN TXT \"{'x' * 100} {i}\"" for i in range(20)]
 
     def over_udp(q: dns.message.Message) -> dns.message.Message:
@@ -395,8 +399,9 @@ def test_a_truncated_reply_is_asked_again_over_tcp_and_a_big_answer_is_truncated
     async def scenario() -> tuple[list[dns.message.Message | None], list[tuple[str, str]]]:
         async with FakeUpstream(over_udp, tcp_handle=over_tcp) as up, \
                 serving(f". {{\n cache 30\n forward . {up.target}\n}}\n") as s:
-            replies = [await s.ask(query("tc.example.org")),
-                       await s.ask(query("many.example.org", "TXT", edns=-1)),
+            replies = [await s.ask(query("tc.example.org"), tcp=client == "tcp")]
+            assert not s.server.flights.table
+            replies += [await s.ask(query("many.example.org", "TXT", edns=-1)),
                        await s.ask(query("many.example.org", "TXT"), tcp=True),
                        await s.ask(query("many.example.org", "TXT", payload=1232))]
             return replies, [(a.transport, a.name) for a in up.asked]

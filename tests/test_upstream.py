@@ -14,7 +14,7 @@ from splitdns.core.exchange import Done
 from splitdns.core.zone import Zone
 from splitdns.directives.forward import Upstream
 from splitdns.shell import upstream
-from splitdns.shell.resolution import Resolution
+from splitdns.shell.server import Server
 from tests.helpers import query
 from tests.helpers import wire as to_wire
 
@@ -56,13 +56,11 @@ def test_the_miss_path_counts_a_timeout_as_timeout() -> None:
         zone = Zone(cfg.blocks[0])
 
         async def probe() -> Done:
-            loop = asyncio.get_running_loop()
-            resolution = Resolution(lambda: cfg, loop.time, random.Random(1), upstream.Counters(),
-                                    upstream.QueryIds())
-            done = await resolution.ask_upstreams(zone, "example.org.", 1)
-            for task in resolution.health_check_tasks:  # the health check the failure started
-                task.cancel()
-            return done
+            server = Server(cfg, asyncio.get_running_loop().time, random.Random(1))
+            try:
+                return await server.ask_upstreams(zone, "example.org.", 1)
+            finally:
+                server.close()  # and the health check the failure started
 
         done = asyncio.run(probe())
     assert done.error is not None and "timeout" in done.error

@@ -5,8 +5,6 @@ no sleeps, no event loop.
 
 from __future__ import annotations
 
-import random
-
 import dns.message
 import dns.rcode
 import pytest
@@ -20,6 +18,7 @@ from splitdns.core import liveness
 from splitdns.core.cache import STALE_RECHECK
 from splitdns.core.decisions import Answer, Forward, LogLine, QueryError
 from splitdns.core.exchange import Done, Send
+from splitdns.core.loop import LOOP_PROBE_ATTEMPTS
 from splitdns.core.routing import Router
 from splitdns.core.tunnel import UP, Pushed, TunnelState
 from splitdns.core.zone import Zone
@@ -137,7 +136,7 @@ def test_a_loop_probe_that_comes_back_is_a_loop_until_a_probe_is_answered() -> N
     before = guard.probe_sent(key)
     back = t.begin(parse(name, "HINFO"), 100.0)  # our own probe reached us again
     assert isinstance(back, Answer) and rcode_of(back.reply) == dns.rcode.SERVFAIL
-    assert zone.loop_error is not None and "192.0.2.53:53" in zone.loop_error
+    assert zone.loop.error is not None and "192.0.2.53:53" in zone.loop.error
     assert any(isinstance(n, LogLine) and n.level == "error" and "plugin/loop" in n.text for n in t.notes)
     assert guard.probe_finished(key, answered=False, detected_before=before)  # learned: stop
     assert key not in t.loop_probes and zone.stats.loops_detected == 1
@@ -148,10 +147,34 @@ def test_a_loop_probe_that_comes_back_is_a_loop_until_a_probe_is_answered() -> N
     key = wire.name_to_wire(guard.probe_name("cccc", "dddd"))
     before = guard.probe_sent(key)
     assert guard.probe_finished(key, answered=True, detected_before=before)
-    assert zone.loop_error is None and isinstance(t.begin(parse("www.example.org."), 102.0), Forward)
+    assert zone.loop.error is None and isinstance(t.begin(parse("www.example.org."), 102.0), Forward)
     # A probe neither answered nor back teaches nothing: ask again.
     key = wire.name_to_wire(guard.probe_name("eeee", "ffff"))
     assert not guard.probe_finished(key, answered=False, detected_before=guard.probe_sent(key))
+
+
+def test_loop_probes_go_on_until_one_teaches_something_at_most_thirty() -> None:
+    """The retry rule (CoreDNS's loop plugin): a probe neither answered nor back teaches
+    nothing and another follows; one that comes back or is answered ends the round; 30 at most."""
+    t = Transcript(LOOPING)
+    zone = t.zone("example.org.")
+    probing = zone.loop.probing()
+    asked = []
+    while (name := probing.next(f"a{len(asked)}", "b")) is not None:
+        asked.append(name)
+        probing.finished(answered=False)  # a timeout, say
+    assert len(asked) == LOOP_PROBE_ATTEMPTS == 30 and not t.loop_probes
+    probing = zone.loop.probing()
+    name = probing.next("c", "d")
+    assert name == "c.d." and wire.name_to_wire(name) in t.loop_probes
+    probing.finished(answered=True)
+    assert probing.over and probing.next("e", "f") is None and zone.loop.error is None
+    probing = zone.loop.probing()
+    name = probing.next("g", "h")
+    assert name is not None
+    t.begin(parse(name, "HINFO"), 100.0)  # it came back to us
+    probing.finished(answered=False)
+    assert probing.over and zone.loop.error is not None
 
 
 def test_a_probe_back_on_another_zone_still_proves_the_senders_loop() -> None:
@@ -160,7 +183,7 @@ def test_a_probe_back_on_another_zone_still_proves_the_senders_loop() -> None:
     key = wire.name_to_wire("aaaa.bbbb.example.net.")
     sender.loop.probe_sent(key)
     assert isinstance(t.begin(parse("aaaa.bbbb.example.net.", "HINFO"), 100.0), Answer)
-    assert sender.loop_error is not None and other.loop_error is None
+    assert sender.loop.error is not None and other.loop.error is None
 
 
 def test_the_vpn_pushing_this_server_is_a_loop_and_other_servers_clear_it() -> None:
@@ -171,7 +194,7 @@ def test_the_vpn_pushing_this_server_is_a_loop_and_other_servers_clear_it() -> N
     zone.tunnel = TunnelState(UP, "", Pushed(servers=(("127.0.0.1", 53),)))
     refused = t.begin(parse("db.svc.acme.internal."), 100.0)
     assert isinstance(refused, Answer) and "this server itself" in ede_text(refused.reply)
-    assert zone.loop.servers_pushed([]) is None and zone.loop_error is None
+    assert zone.loop.servers_pushed([]) is None and zone.loop.error is None
 
 
 # -- merging and the pending cap -------------------------------------------------------------------
@@ -287,8 +310,9 @@ def test_a_query_the_hot_path_missed_is_counted_once_and_not_looked_up_again() -
     assert (zone.stats.cache_misses, zone.stats.cache_hits) == (1, 0)
     zone.cache.put(q.key, q.name, indexed(reply(query("a.example.org."), "a.example.org. 10 IN A 10.0.0.1")),
                    100.0)
-    assert isinstance(zone.begin(q, 101.0), Answer)
-    assert (zone.stats.cache_misses, zone.stats.cache_hits) == (1, 1)
+    hit = zone.begin(q, 101.0)
+    assert isinstance(hit, Answer) and hit.hit == 0  # a hit (not of a denial), counted where sent
+    assert (zone.stats.cache_misses, zone.stats.cache_hits) == (1, 0)
     made = parse("made.example.org.")  # the steps after the cache still run
     assert zone.known(made, 101.0) is None and isinstance(zone.walk(made, 101.0), Answer)
     known = zone.known(made, 101.0)  # and what the block made is known from then on
@@ -303,7 +327,7 @@ def test_the_cache_is_the_first_step_so_known_may_run_before_the_walk() -> None:
 # -- the hot path makes the same decision --------------------------------------------------------
 
 class _Shell:
-    """Stands in for a read batch and the resolution: what the hot path sends, logs and
+    """Stands in for a read batch and the flights: what the hot path sends, logs and
     refreshes for each datagram."""
 
     def __init__(self) -> None:
@@ -358,17 +382,16 @@ def test_the_udp_hot_path_answers_exactly_what_begin_answers(
     refresh behind it, logged where the block logs; whenever begin answers from the cache or
     an answer the block made before, the hot path answered too; both count the same."""
     from splitdns.core.memo import Memo
-    from splitdns.shell import udp, upstream
+    from splitdns.shell import udp
+    from splitdns.shell.flights import Flights
     from splitdns.shell.listener import Listener
-    from splitdns.shell.resolution import Resolution
 
     cfg = config.loads(hot_corefile(extra), "Corefile", env={})
     hot_zone, begin_zone = Zone(cfg.blocks[0]), Zone(cfg.blocks[0])
     listener = Listener("127.0.0.1", 0, Router([hot_zone]), memo=Memo())
-    path = udp.UdpPath(lambda: 0.0, Resolution(lambda: cfg, lambda: 0.0, random.Random(1),
-                                               upstream.Counters(), lambda: 0))
+    path = udp.UdpPath(lambda: 0.0, Flights(lambda: cfg, lambda: 0.0, lambda coro: coro.close()))
     shell = _Shell()
-    path.resolution = shell  # type: ignore[assignment]
+    path.flights = shell  # type: ignore[assignment]
     for zone in (hot_zone, begin_zone):
         assert zone.cache is not None
         for name, ttl in (("a.example.org.", 10), ("b.example.org.", 25), ("big.example.org.", 20)):
@@ -378,7 +401,8 @@ def test_the_udp_hot_path_answers_exactly_what_begin_answers(
                                    authority=("example.org. 60 IN NS ns.example.org.",)))
             zone.cache.put(q.key, q.name, answer, 100.0)
     now = 100.0
-    hot_hits: list[object] = []
+    hot_hits: list[tuple[object, int, int, int]] = []
+    begin_hits: list[int] = []  # each hit begin answered: its `Answer.hit`
     for name, delay, small, qid in asks:
         now += delay
         data = to_wire(query(name, qid=qid, edns=-1 if small else 0))
@@ -387,8 +411,9 @@ def test_the_udp_hot_path_answers_exactly_what_begin_answers(
         held = begin_zone.local is not None and q.key in begin_zone.local.answers  # made before
         logged, refreshed = len(shell.logged), len(shell.refreshed)
         hot = path._answer_hit(hot_zone, q, data, listener, shell, 0, hot_hits, now)  # type: ignore[arg-type]
-        hits_before = begin_zone.stats.cache_hits
         decided = begin_zone.begin(q, now)
+        if isinstance(decided, Answer) and decided.hit is not None:
+            begin_hits.append(decided.hit)
         if hot:
             assert isinstance(decided, Answer)
             expected = decided.reply
@@ -398,10 +423,10 @@ def test_the_udp_hot_path_answers_exactly_what_begin_answers(
             assert len(shell.refreshed) - refreshed == (decided.refresh is not None)
             assert len(shell.logged) - logged == ("log" in extra)
         else:
-            assert begin_zone.stats.cache_hits == hits_before and not held  # nor did begin find one
+            assert not (isinstance(decided, Answer) and decided.hit is not None) and not held  # nor did begin
             walked = hot_zone.walk(q, now)  # what the shell does next with the miss
             assert type(walked) is type(decided)
             if isinstance(walked, Answer):
                 assert isinstance(decided, Answer) and walked.reply == decided.reply
-        assert len(hot_hits) == begin_zone.stats.cache_hits
+        assert [denial for *_, denial in hot_hits] == begin_hits  # the same hits, of the same kinds
         assert hot_zone.stats.cache_misses == begin_zone.stats.cache_misses

@@ -1,4 +1,7 @@
-"""Addresses as users write and read them: `host:port`, an IPv6 host in brackets."""
+"""Addresses as users write and read them: `host:port`, an IPv6 host in brackets.
+
+Tests: tests/test_config.py, tests/test_check.py.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,7 @@
 
 Never opens a socket. Reading a resolv.conf named by `forward` is the one file access
 besides the Corefile itself, and it happens here, at load, as in CoreDNS.
+Tests: tests/test_config.py, tests/test_coredns_parity.py.
 """
 
 from __future__ import annotations

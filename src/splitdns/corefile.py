@@ -5,6 +5,7 @@ Caddyfile rules CoreDNS uses (coredns/caddy `caddyfile/lexer.go`, `parse.go`): w
 separates tokens, an unquoted `#` starts a comment even mid-token, `{` and `}` are
 delimiters only as tokens of their own, `{$VAR}` and `{%VAR%}` are replaced at parse time,
 `(name)` blocks define snippets and `import` inlines a snippet or files.
+Tests: tests/test_corefile.py, tests/test_corefile_fuzz.py.
 """
 
 from __future__ import annotations

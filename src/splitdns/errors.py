@@ -1,4 +1,7 @@
-"""The one error hierarchy: every error says whose fault it was and, for config, where."""
+"""The one error hierarchy: every error says whose fault it was and, for config, where.
+
+Tests: tests/test_user_text.py, tests/test_config.py.
+"""
 
 from __future__ import annotations
 

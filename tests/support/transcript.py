@@ -1,6 +1,6 @@
 """Transcripts of the core: a listener's zones driven as the shell drives them, minus the I/O.
 
-`Transcript.ask` drives what the shell's miss paths drive (shell/misses.py, resolution.py):
+`Transcript.ask` drives what the shell drives (shell/flights.py, shell/misses.py):
 `Zone.begin`, `Zone.depart`, the `Flight` (core/flight.py) and `Zone.finish`. Each `Send`
 goes to `upstream(send, asked)`, a function of the test that returns a reply or the text of
 a failure (one that starts with "timeout" is a timeout), `rtt` seconds after it was sent.

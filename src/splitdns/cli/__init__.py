@@ -1,5 +1,7 @@
 """The command line: argparse lives here and only here (the grammar in cli.parser, the help and
-did-you-mean in cli.help); each command returns an exit code, and a bug of ours gets its own."""
+did-you-mean in cli.help); each command returns an exit code, and a bug of ours gets its own.
+Tests: tests/test_cli.py, tests/test_first_commands.py.
+"""
 
 from __future__ import annotations
 

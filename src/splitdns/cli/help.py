@@ -1,5 +1,7 @@
 """How the command line speaks to a user who got it wrong or asked for help: help texts wrapped to
-the terminal with their defaults, and the command, choice or flag a typo most likely meant."""
+the terminal with their defaults, and the command, choice or flag a typo most likely meant.
+Tests: tests/test_cli.py.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The grammar of `splitdns verify leaks` (a word after `verify`, not a pod: cli.parser's
-`verify TARGET` keeps its meaning, and a pod named leaks is still `pod/leaks`)."""
+`verify TARGET` keeps its meaning, and a pod named leaks is still `pod/leaks`).
+Tests: tests/test_cli.py, tests/test_verify_leaks.py.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,7 @@
 """The command line's grammar: every command, its flags and its help texts (argparse lives in
-splitdns.cli and only there; running a command is splitdns.cli's)."""
+splitdns.cli and only there; running a command is splitdns.cli's).
+Tests: tests/test_cli.py, tests/test_first_commands.py.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""The grammar of `splitdns top` (cli.parser holds the others; this one keeps that module short)."""
+"""The grammar of `splitdns top` (cli.parser holds the others; this one keeps that module short).
+
+Tests: tests/test_top.py.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,7 @@
 Why one bytes object (memory and the garbage collector's work): bench/README.md, "Where
 splitdns's time goes" (cache entries). The reply is stored without OPT and with ID zero
 (reply.py). Pure: no sockets, no clock.
+Tests: tests/test_cache.py, tests/test_memo.py.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from splitdns.codec import wire
 
 Entry = bytes
 HEAD = struct.Struct("!ddBH")  # stored at, TTL, kind, number of TTL offsets; then the offsets
+KIND_AT = 16  # where HEAD's kind byte stands: nonzero for a denial or SERVFAIL entry
 SUCCESS, DENIAL, SERVFAIL = "success", "denial", "servfail"
 KINDS = (SUCCESS, DENIAL, SERVFAIL)
 
@@ -38,7 +40,7 @@ def ttl(entry: Entry) -> float:
 
 
 def kind(entry: Entry) -> str:
-    return KINDS[entry[16]]
+    return KINDS[entry[KIND_AT]]
 
 
 def offsets(entry: Entry) -> tuple[int, ...]:

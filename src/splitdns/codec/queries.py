@@ -10,6 +10,7 @@ TSIG, TKEY, MAILA, MAILB: `wire.is_meta_type`). A query without a question but w
 client cookie asks for our server cookie (RFC 7873 5.4): NOERROR with both. Every error
 reply to a query with an OPT record has one too (RFC 6891 7), and every reply has RA set.
 Pure: no sockets, no clock.
+Tests: tests/test_wire.py, tests/test_hostile_clients.py.
 """
 
 from __future__ import annotations

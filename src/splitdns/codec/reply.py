@@ -9,6 +9,7 @@ a client's parser would refuse is neither relayed nor cached), and an OPT record
 last is left to dnspython whole (`read_matched`). Anything malformed
 reads as None: not a reply (dropped, counted, keep waiting). Tests prove the reader agrees with
 dnspython. Pure: no sockets, no clock.
+Tests: tests/test_reply.py, tests/test_properties.py.
 """
 
 from __future__ import annotations

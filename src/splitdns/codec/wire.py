@@ -4,6 +4,7 @@ Hand-written because building a dnspython message costs about ten times the rest
 cache hit. It handles only the common shapes and answers None for anything else, so the
 caller falls back to dnspython; tests prove both paths give the same answers. Pure: no
 sockets, no clock.
+Tests: tests/test_wire.py, tests/test_properties.py.
 """
 
 from __future__ import annotations

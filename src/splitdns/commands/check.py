@@ -1,4 +1,7 @@
-"""`splitdns check`: lint Corefiles, Kubernetes YAML and VPN client configs together."""
+"""`splitdns check`: lint Corefiles, Kubernetes YAML and VPN client configs together.
+
+Tests: tests/test_check.py, tests/test_check_truth.py, tests/test_check_serve_agree.py.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`splitdns demo`: run the resolver in a VPN pod's layout against built-in loopback upstreams."""
+"""`splitdns demo`: run the resolver in a VPN pod's layout against built-in loopback upstreams.
+
+Tests: tests/test_demo.py.
+"""
 
 from __future__ import annotations
 

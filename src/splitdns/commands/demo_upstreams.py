@@ -3,6 +3,7 @@
 The layout is a pod's with a VPN sidecar: a catch-all block forwarding to a stand-in for the cluster DNS,
 and a `svc.acme.internal` block forwarding to a stand-in for the DNS server behind the
 tunnel. Every answer says who gave it, so a newcomer can see the split with `dig`.
+Tests: tests/test_demo.py.
 """
 
 from __future__ import annotations

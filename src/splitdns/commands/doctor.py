@@ -1,5 +1,7 @@
 """`splitdns doctor`: read the cluster through lightkube and report pods that asked for the resolver and
-run without it, or with settings older than the webhook's (kube/doctor.py judges)."""
+run without it, or with settings older than the webhook's (kube/doctor.py judges).
+Tests: tests/test_doctor.py.
+"""
 
 from __future__ import annotations
 

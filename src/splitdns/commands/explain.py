@@ -3,6 +3,7 @@ why, with the label-boundary rule spelled out; also for names no block owns.
 
 Routing goes through the resolver's own `Router` and `Zone.forward_for`, so the explanation cannot
 drift from what `serve` does.
+Tests: tests/test_explain.py.
 """
 
 from __future__ import annotations

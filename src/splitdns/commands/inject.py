@@ -1,5 +1,7 @@
 """`splitdns inject`: the resolver injected into the pod templates of Kubernetes YAML, offline, the
-same injection the admission webhook makes (as `istioctl kube-inject` or `linkerd inject --manual`)."""
+same injection the admission webhook makes (as `istioctl kube-inject` or `linkerd inject --manual`).
+Tests: tests/test_inject.py.
+"""
 
 from __future__ import annotations
 

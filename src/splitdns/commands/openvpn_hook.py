@@ -4,6 +4,7 @@ OpenVPN runs it with its own variables only (no PATH, nothing inherited), so the
 gives an absolute path: `--up "/usr/local/bin/splitdns openvpn-hook --state F"`, same for
 `--down`, with `--script-security 2`. OpenVPN appends its own arguments (device, MTU, ...),
 which we ignore.
+Tests: tests/test_tunnel.py, tests/test_lifecycle_inprocess.py.
 """
 
 from __future__ import annotations

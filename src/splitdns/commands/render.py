@@ -1,5 +1,7 @@
 """`splitdns render`: the manifests for the in-pod resolver, or the cluster-wide block, on stdout or
-into a directory."""
+into a directory.
+Tests: tests/test_render.py.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""`splitdns serve` and `splitdns check`: load a Corefile, then serve it or report on it."""
+"""`splitdns serve` and `splitdns check`: load a Corefile, then serve it or report on it.
+
+Tests: tests/test_serve.py, tests/test_first_commands.py.
+"""
 
 from __future__ import annotations
 

@@ -1,7 +1,9 @@
 """`splitdns top`: one resolver, live in the terminal, from its /metrics (the `prometheus`
 directive's endpoint). `splitdns top POD` (or `kubectl splitdns top POD`) reads a pod's through
 `kubectl port-forward` to its `dns-metrics` port. The terminal is drawn with `rich`, an optional
-extra (`pip install 'splitdns[top]'`): the resolver's image does not carry it."""
+extra (`pip install 'splitdns[top]'`): the resolver's image does not carry it.
+Tests: tests/test_top.py.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """What `splitdns top` shows, computed from two readings of a resolver's /metrics: per zone the
 query rate, the rcode mix, the cache hit ratio, the latency percentiles, the upstreams' health and
-the tunnel's state. Pure: the text of /metrics in, rows out (the terminal is `top`'s)."""
+the tunnel's state. Pure: the text of /metrics in, rows out (the terminal is `top`'s).
+Tests: tests/test_top.py.
+"""
 
 from __future__ import annotations
 

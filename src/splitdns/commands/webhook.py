@@ -15,6 +15,7 @@ holding the new certificate with the old key, and every handshake would fail unt
 
 A connection that never finishes its TLS handshake is dropped after the read timeout, not asyncio's
 60 s default: a port scanner or a stuck client holds nothing for long.
+Tests: tests/test_webhook.py.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ so it runs in any image that has wg-quick (which is bash); no Python there.
 `resolvconf --watch IFACE [SECONDS]` is the liveness half: run in the VPN container (which has
 CAP_NET_ADMIN), it copies `wg show IFACE latest-handshakes` beside the DNS lines every few
 seconds, with the time it read them, for a resolver that cannot read them itself.
+Tests: tests/test_wireguard.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ signatures are still valid: what decides that the cache may keep it, as CoreDNS 
 Only replies the reader did not find plain (codec/reply.py: an answer of the asked type, no
 CNAME, DNAME or RRSIG) come here, so the common miss never pays for the dnspython parse.
 Pure: no sockets, no clock (the wall time comes in).
+Tests: tests/test_cache.py, tests/test_properties.py.
 """
 
 from __future__ import annotations

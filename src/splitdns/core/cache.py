@@ -4,6 +4,7 @@ Keyed by question (lower-cased name, type, class, DO and CD bits), never by RRse
 reply can only ever fill the entry for the question that was asked (no poisoning of other
 names). Stores the reply without OPT and with the offset of every TTL, so a hit is a copy
 and a few byte patches (`wire.render`). Never touches a socket or a clock.
+Tests: tests/test_cache.py, tests/test_coredns_behaviour.py.
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ over a socket bound to the tunnel proves the path end to end; `/ready?zone=` and
 say whether it did.
 
 Sans-io: no sockets, no clock (`wall` comes in), no randomness (the token comes in).
+Tests: tests/test_confinement.py, tests/test_confinement_inprocess.py.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ The decisions made per miss are slotted dataclasses, not frozen ones: a frozen d
 each field through `object.__setattr__`, four times the cost of a slotted one (bench/README.md,
 "Figures behind the code"), and a miss builds half a dozen. They are still treated as values:
 nobody changes one once made.
+Tests: tests/test_flight.py, tests/test_zone.py.
 """
 
 from __future__ import annotations
@@ -62,11 +63,14 @@ class Forward:
 
 @dataclass(slots=True)
 class Answer:
-    """Send `reply` now; run `refresh` behind it (serve_stale, prefetch); log `notes`."""
+    """Send `reply` now; run `refresh` behind it (serve_stale, prefetch); log `notes`.
+    `hit`: what the zone knew at once (`Known.denial`: a cache hit, counted where it is sent),
+    None for any other answer."""
 
     reply: bytes
     refresh: Forward | None = None
     notes: tuple[Note, ...] = ()
+    hit: int | None = None
 
 
 @dataclass(slots=True)
@@ -84,6 +88,7 @@ class Known:
     turns: tuple[bytes, ...] | None
     refresh: Forward | None
     replayable: bool
+    denial: int  # 1 when from a denial or SERVFAIL entry (entries.KINDS), else 0
 
 
 @dataclass(slots=True)

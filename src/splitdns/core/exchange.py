@@ -5,6 +5,7 @@ the outcome (`Done`), as CoreDNS's forward does; the shell performs each attempt
 back `answered` or `failed`. `ForwardState` and `UpstreamState` keep what outlives one
 query: the order (policy), the failures in a row (max_fails), the counters for metrics.
 Sans-io: no sockets, no clock; `now` and `rng` come in as arguments.
+Tests: tests/test_resolve.py, tests/test_flight.py.
 """
 
 from __future__ import annotations

@@ -14,10 +14,12 @@ exactly once.
 
 The state is explicit, and a step it does not allow raises `FlightError`, as h11's state
 machine does: a driver that answers a settled flight or lands one twice has a bug that must
-not pass unseen. The drivers (shell/misses.py on loop callbacks, shell/resolution.py in a
-coroutine, the transcript tests) drive this same object and only move bytes and timers: as
-dnspython's `_Resolution` is one logic object under its sync and async resolvers.
+not pass unseen. The drivers (shell/misses.py on loop callbacks, the transcript tests) drive
+this same object and only move bytes and timers, and shell/flights.py hands its outcome to
+every client waiting for it: the flight is to them what dnspython's `_Resolution` is to its
+sync and async resolvers.
 Sans-io: no sockets, no clock (`now` comes in), no logging (`Settled.notes`).
+Tests: tests/test_flight.py, tests/test_misses.py.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ since the tunnel came up, or while it loops.
 
 Sans-io: no sockets, no clock (`now` comes in), no logging (lines are returned); the
 zone's readiness and tunnel state are set here.
+Tests: tests/test_liveness.py.
 """
 
 from __future__ import annotations

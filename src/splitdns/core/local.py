@@ -11,6 +11,7 @@ The answers made here depend only on the question and the configuration (and the
 file, whose reload empties them), so they are kept in `answers`, bounded, and answered
 from wire bytes like a cache hit (shell/udp.py, memo.py). Records are built with dnspython
 once per question. Sans-io: no sockets, no clock; the shell reads the hosts file.
+Tests: tests/test_plugins.py.
 """
 
 from __future__ import annotations

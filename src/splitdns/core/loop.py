@@ -9,7 +9,9 @@ do new pushed servers that are not ours.
 
 The probes in flight are shared by every zone of a server (`LoopProbes`): a probe may come
 back on another listener, to another zone, and still proves the loop of the zone that sent
-it. Pure: no sockets, no clock, no random numbers (the shell picks the probe's labels).
+it. When to probe again is decided here too (`LoopProbing`); the shell only asks and waits.
+Pure: no sockets, no clock, no random numbers (the shell picks the probe's labels).
+Tests: tests/test_zone.py (loops), tests/test_lifecycle_inprocess.py.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from splitdns.core.exchange import EDE_NOT_READY
 from splitdns.core.metrics import ZoneStats
 
 TYPE_HINFO = 13
+LOOP_PROBE_ATTEMPTS = 30  # CoreDNS: a probe every second for up to 30 s until one teaches something
 
 LoopProbes = dict[bytes, "LoopGuard"]  # probe names in flight, by wire name, to their zone's guard
 
@@ -59,6 +62,10 @@ class LoopGuard:
             self.cleared()
             return True
         return False
+
+    def probing(self, attempts: int = LOOP_PROBE_ATTEMPTS) -> LoopProbing:
+        """A round of probes (at start, after a reload, when the upstreams change)."""
+        return LoopProbing(self, attempts)
 
     def returned(self, q: wire.Query) -> LoopGuard | None:
         """The guard whose probe this query is, if it is one (it came back to us)."""
@@ -100,3 +107,35 @@ class LoopGuard:
         assert self.error is not None
         return wire.error_reply(q, dns.rcode.SERVFAIL, (EDE_NOT_READY, self.error))
 
+
+class LoopProbing:
+    """One round of loop probes, as CoreDNS's `loop` runs them: a probe, and after each that
+    taught nothing another (the shell waits its interval between them), until one comes back
+    or is answered, at most `attempts` of them."""
+
+    def __init__(self, guard: LoopGuard, attempts: int) -> None:
+        self.guard = guard
+        self.left = attempts
+        self.over = attempts <= 0  # learned something, or out of attempts
+        self.asking: tuple[bytes, int] | None = None  # the probe out: its name, and the count before
+
+    def next(self, first: str, second: str) -> str | None:
+        """The name the next probe asks (two random labels the shell picks), None when the
+        round is over."""
+        if self.over:
+            return None
+        if self.asking is not None:
+            raise RuntimeError("a loop probe is still out: `finished` comes first")
+        name = self.guard.probe_name(first, second)
+        key = wire.name_to_wire(name)
+        self.asking = (key, self.guard.probe_sent(key))
+        self.left -= 1
+        return name
+
+    def finished(self, answered: bool) -> None:
+        """The probe's exchange ended (`answered`: an upstream replied)."""
+        assert self.asking is not None
+        key, before = self.asking
+        self.asking = None
+        learned = self.guard.probe_finished(key, answered, before)
+        self.over = learned or self.left <= 0

@@ -8,6 +8,7 @@ in the same second of its life; the first use in a new second goes through the c
 and it belongs to one listener, which starts it afresh when its routes change (a reload, a zone
 learned from the VPN). It knows of a zone only that it has a cache (`Cached`). Pure: no
 sockets, no clock.
+Tests: tests/test_memo.py, tests/test_zone.py.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class Remembered(Generic[Z]):
 
     def __init__(self, zone: Z, key: bytes, entry: Entry, ttl: int | None, qtype: int,
                  reply: bytes, now: float, held_in: Mapping[bytes, Entry] | None = None,
-                 turns: tuple[bytes, ...] | None = None, qsize: int = 0) -> None:
+                 turns: tuple[bytes, ...] | None = None, qsize: int = 0, denial: int = 0) -> None:
         self.zone = zone
         self.key = key        # the cache key of the question
         self.entry = entry    # the cache entry the reply was rendered from
@@ -67,7 +68,7 @@ class Remembered(Generic[Z]):
         if self.turns is not None:
             self.span = -math.inf  # every use takes `Memo._next_turn`
         # zone, type, rcode, a denial entry; and apart, the sizes (metrics.hit_sizes)
-        self.tally: tuple[Z, int, int, int] = (zone, qtype, self.tail[1] & 0xF, 1 if entry[16] else 0)
+        self.tally: tuple[Z, int, int, int] = (zone, qtype, self.tail[1] & 0xF, denial)
         self.sizes = metrics.hit_sizes(qsize, len(reply))
 
     def same_ttl_span(self, now: float) -> float:
@@ -148,16 +149,17 @@ class Memo(Generic[Z]):
 
     def remember(self, data: bytes, zone: Z, key: bytes, entry: Entry, ttl: int | None, qtype: int,
                  reply: bytes, now: float, held_in: Mapping[bytes, Entry] | None = None,
-                 turns: tuple[bytes, ...] | None = None) -> None:
+                 turns: tuple[bytes, ...] | None = None, *, denial: int) -> None:
         """Remember the reply to these query bytes. `held_in`: the table of answers the
         block made itself (local.py), for an entry that is not the cache's. `turns`: the
-        `loadbalance` rotations `reply` is one of, handed out in turn from the next."""
+        `loadbalance` rotations `reply` is one of, handed out in turn from the next.
+        `denial`: `Known.denial` of the entry, for the hits' tally."""
         if len(data) > MEMO_QUERY_BYTES:
             return
         if len(self.table) >= self.limit:
             self.table.clear()  # cheaper than an LRU here; the hot names come back within a second
         self.table[data[2:]] = Remembered(zone, key, entry, ttl, qtype, reply, now, held_in, turns,
-                                             len(data))
+                                             len(data), denial)
 
     def clear(self) -> None:
         self.table.clear()

@@ -3,6 +3,7 @@
 A labelled prometheus_client counter costs a hundred times what a dict increment costs
 (bench/README.md, "Figures behind the code"); and prometheus_client is imported only when a
 `prometheus` directive asks.
+Tests: tests/test_exposition.py, tests/test_datagrams.py.
 """
 
 from __future__ import annotations
@@ -118,13 +119,25 @@ class ZoneStats:
         self.responses[(RCODES.get(rcode, "other"), plugin)] += times
         self.durations[label].observe(seconds, times)
 
-    def hits(self, family: str, qtype: int, rcode: int, denial: int, seconds: float, times: int) -> None:
-        """`times` UDP cache hits alike (of a denial entry when `denial`), each answered after
-        `seconds`. Their sizes are counted apart, in `udp_hit_sizes`."""
+    def hits(self, family: str, qtype: int, rcode: int, denial: int, seconds: float, times: int,
+             proto: str = "udp") -> None:
+        """`times` cache hits alike (of a denial entry when `denial`), each answered after
+        `seconds`: the one place hits are counted. Their sizes are counted apart (`hit`,
+        and the hot path in `udp_hit_sizes`)."""
         self.cache_hits += times
         if denial:
             self.denial_hits += times
-        self.answered_alike("udp", family, qtype, rcode, seconds, times, CACHE)
+        self.answered_alike(proto, family, qtype, rcode, seconds, times, CACHE)
+
+    def hit(self, proto: str, family: str, qtype: int, reply: bytes, seconds: float, qsize: int,
+            denial: int) -> None:
+        """One cache hit sent off the hot path (over TCP, or a query the fast reader left)."""
+        self.hits(family, qtype, reply[3] & 0xF, denial, seconds, 1, proto)
+        if proto == "udp":
+            self.udp_hit_sizes[hit_sizes(qsize, len(reply))] += 1
+        else:
+            self.request_sizes[proto][qsize] += 1
+            self.response_sizes[proto][len(reply)] += 1
 
     def sizes(self) -> tuple[dict[str, dict[int, int]], dict[str, dict[int, int]]]:
         """Request and response sizes by protocol, the UDP hits' folded in (at scrape time)."""

@@ -10,6 +10,7 @@ the Corefile sends elsewhere (a tunnel zone, the cluster zone) with a search suf
 is a search walk's try, answered NXDOMAIN so that it never reaches the cluster DNS, the
 catch-all or a cloud resolver; the client's next try is the real name.
 No sockets, no clock, no logging.
+Tests: tests/test_names.py, tests/test_autopath.py.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ scripts, and the `>UPDOWN:ENV,name=value` lines of its management interface with
 When `dns_server_*` variables exist they win (they carry ports and split domains); only
 OpenVPN's lowest server (n=1) is applied, as its man page says. Otherwise the
 `foreign_option_*` DNS entries are used, in numeric order.
+Tests: tests/test_tunnel.py, tests/test_confinement.py.
 """
 
 from __future__ import annotations

@@ -4,6 +4,7 @@ Checked on every reply the block's upstreams send, so the check reads the cached
 place (the TTL offsets locate every record: type before, rdata after) and decides with
 integer masks; only a reply that holds such an address is rewritten (`reply.rewrite_with_dnspython`), as
 `decisions.scrub` does. Pure: no sockets, no clock.
+Tests: tests/test_rebinding.py.
 """
 
 from __future__ import annotations

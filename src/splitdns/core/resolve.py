@@ -67,4 +67,5 @@ networks (`private_addresses`), is stored in the cache if it may be, and the fli
 `Zone.finish` renders it for each waiting client (or, for `serve_stale verify`, answers the
 stale entry when the exchange failed). A UDP reply larger than the client can take is
 replaced by a truncated one (TC set), so the client retries over TCP.
+Tests: tests/test_resolve.py.
 """

@@ -1,4 +1,7 @@
-"""Which zone owns a name on one listener: the longest whole-label suffix, the root last."""
+"""Which zone owns a name on one listener: the longest whole-label suffix, the root last.
+
+Tests: tests/test_resolve.py, tests/test_datagrams.py.
+"""
 
 from __future__ import annotations
 

@@ -12,6 +12,7 @@ A and AAAA of one name take the same path: the try a walk ended on is remembered
 seconds (`paths`), and the walk of the other type for the same name starts there, so a name
 created between the two queries cannot give one an answer from `svc.cluster.local` and the
 other from the catch-all. No sockets, no clock (`now` comes in), no logging.
+Tests: tests/test_autopath.py, tests/test_autopath_ported.py, tests/test_names.py.
 """
 
 from __future__ import annotations

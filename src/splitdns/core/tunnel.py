@@ -3,6 +3,7 @@
 Each kind reads its own sources into this (core/openvpn.py: what an OpenVPN server pushed;
 core/wireguard.py: a wg-quick tunnel's DNS line and handshakes); the zone and the metrics read
 only this.
+Tests: tests/test_tunnel.py, tests/test_liveness.py.
 """
 
 from __future__ import annotations

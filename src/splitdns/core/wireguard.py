@@ -15,6 +15,7 @@ WireGuard has no DNS push and no "down" event. What there is:
 A session key is rejected REJECT_AFTER_TIME (180 s) after its handshake; a healthy tunnel in
 use (or with PersistentKeepalive) handshakes again every REKEY_AFTER_TIME (120 s). A newest
 handshake older than 180 s plus a margin means no peer has answered for that long.
+Tests: tests/test_wireguard.py.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ and `minimal` act on the upstream's reply as its flight settles (flight.py), `er
 and `log` are lines the shell writes.
 Sans-io: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s); it
 keeps the zone's state (cache, flights, counts, health), which only its methods change.
+Tests: tests/test_zone.py, tests/test_resolve.py.
 """
 
 from __future__ import annotations
@@ -119,11 +120,6 @@ class Zone:
         self.guard = guard_for(self.block, self.tunnel is not None, pod, self.stats.guarded)
         self.steps = steps_for(self)
 
-    @property
-    def loop_error(self) -> str | None:
-        """Why the zone loops, while a forwarding loop is known (`self.loop` decides)."""
-        return self.loop.error
-
     def upstream_list(self) -> str:
         return ", ".join(str(u.upstream) for f in self.forwards for u in f.upstreams)
 
@@ -135,18 +131,15 @@ class Zone:
         `q` is a try of a search walk under way (search.py), which starts none of its own."""
         known = self.known(q, now)
         if known is not None:
-            self.stats.cache_hits += 1
-            if known.entry[16]:  # entries.KINDS: a denial or SERVFAIL entry
-                self.stats.denial_hits += 1
-            return Answer(known.reply, known.refresh)
+            return Answer(known.reply, known.refresh, hit=known.denial)
         return self.walk(q, now, searching)
 
     def known(self, q: wire.Query, now: float) -> Known | None:
         """The step the UDP hot path runs for every datagram, and `begin` first: a fresh cache
         entry, or an answer the block made before and keeps (`rewrite`, `template` and `hosts`
         come right after the cache in the registry's order, and would give it again). None is
-        a miss, counted here, since every miss passes here once; hits are counted by whoever
-        sends them (the hot path a batch at a time)."""
+        a miss, counted here, since every miss passes here once; a hit is counted where it
+        is sent (`ZoneStats.hits`: the hot path a batch at a time)."""
         cache = self.cache
         entry = cache.get(q.key, now) if cache is not None else None
         held = None
@@ -172,7 +165,8 @@ class Zone:
         if held is None and self.prefetching:
             refresh = self.prefetch(q, entry, now)
         return Known(out, entry, ttl, held, turns, refresh,
-                     self.replay_local if held is not None else self.replay_cached)
+                     self.replay_local if held is not None else self.replay_cached,
+                     1 if entry[entries.KIND_AT] else 0)
 
     def walk(self, q: wire.Query, now: float, searching: bool = True) -> Answer | Forward | Search:
         """The block's steps after what `known` answers, in the registry's order; a `Search`

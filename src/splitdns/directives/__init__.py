@@ -8,6 +8,7 @@ module with its parser and one row below.
 
 Parsers turn a statement into a frozen spec and never open a socket; `splitdns.config` builds
 a block from them, `splitdns.core` acts on the specs.
+Tests: tests/test_directives_registry.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Argument helpers shared by the directive parsers: durations, counts, names, one-liners."""
+"""Argument helpers shared by the directive parsers: durations, counts, names, one-liners.
+
+Tests: tests/test_config.py, tests/test_plugins.py.
+"""
 
 from __future__ import annotations
 
@@ -72,6 +75,22 @@ def zones(st: Statement, text: str, what: str) -> list[str]:
     if "/" in text and CIDR.fullmatch(text):
         return reverse_zones(st.where, text)
     return [zone(st, text, what)]
+
+
+# The transports CoreDNS's parse.Transport takes off a zone argument before it reads the name.
+TRANSPORTS = ("tls://", "dns://", "quic://", "grpc://", "https3://", "https://", "unix://")
+
+
+def origins(st: Statement, text: str, what: str) -> list[str]:
+    """A plugin's ZONE argument as CoreDNS's plugin.Host(...).NormalizeExact reads it: a
+    transport prefix (dns://, tls://, ...) and a trailing :PORT are dropped, then `zones`.
+    CoreDNS skips an argument that is not a name without a word; here it is an error, so a
+    typo does not leave the plugin matching nothing."""
+    name = next((text[len(t):] for t in TRANSPORTS if text.startswith(t)), text)
+    host, colon, port = name.rpartition(":")
+    if colon and port.isdigit() and host:
+        name = host
+    return zones(st, name, what)
 
 
 def reverse_zones(where: Location, cidr: str) -> list[str]:

@@ -1,4 +1,7 @@
-"""How a directive rewrites the replies its block keeps (`Reshape`), for the registry to carry."""
+"""How a directive rewrites the replies its block keeps (`Reshape`), for the registry to carry.
+
+Tests: tests/test_directives_registry.py, tests/test_minimal.py.
+"""
 
 from __future__ import annotations
 

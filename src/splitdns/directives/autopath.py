@@ -17,6 +17,7 @@ answered, so it stops after its first query. When every try is NXDOMAIN the clie
 first NXDOMAIN and walks on itself, as with CoreDNS. CoreDNS's `@kubernetes` form (the search
 list of the client pod, from a watch on every Pod) is refused: an in-pod resolver has one
 search list, its own pod's. No sockets, no clock: the file is read here, at load.
+Tests: tests/test_autopath.py, tests/test_autopath_ported.py.
 """
 
 from __future__ import annotations

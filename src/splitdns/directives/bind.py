@@ -3,6 +3,7 @@
 Syntax: `bind ADDRESS...`. Without it splitdns listens on loopback only (127.0.0.1 and
 ::1), unlike CoreDNS, which listens on every address: an in-pod resolver reachable on the
 pod IP would let any pod of the cluster resolve the private zone through this one.
+Tests: tests/test_config.py.
 """
 
 from __future__ import annotations

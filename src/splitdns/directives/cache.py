@@ -27,6 +27,7 @@ number of seconds; 0, the default, is RFC 8767's 30 s, capped by the cache's TTL
 RECHECK, how long after a failed refresh the next one waits (up to 5m; 0: 30 s, RFC 8767).
 `verify`'s TIMEOUT is accepted and has no effect: a stale answer is served once the
 upstreams fail, within the forward's own deadline.
+Tests: tests/test_cache.py, tests/test_coredns_parity.py.
 """
 
 from __future__ import annotations

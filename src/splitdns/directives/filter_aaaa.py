@@ -10,6 +10,7 @@ HTTPS and SVCB answers from the block's upstreams lose their `ipv6hint` and the 
 of their additional section before they are kept, so a client is never handed an IPv6
 address it cannot reach through the tunnel. Other zones are untouched: a cluster or public
 zone with real IPv6 keeps it, unlike a global `template ANY AAAA`. No sockets, no clock.
+Tests: tests/test_autopath.py.
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ anyway); `max_fails 0` never marks an upstream down.
 `next RCODE...`: a reply with one of these rcodes hands the query to the block's next
 `forward` line (in file order) that covers the name, as CoreDNS hands it to its next
 `forward` plugin; with none, the reply stands.
+Tests: tests/test_config.py, tests/test_coredns_parity.py.
 """
 
 from __future__ import annotations

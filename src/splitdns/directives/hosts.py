@@ -18,6 +18,7 @@ NXDOMAIN with) unless `fallthrough` covers it, names outside the zones go on, PT
 answered for any reverse name with an entry, and `*.example.com` matches one label. An
 inline entry after `fallthrough` is an error (CoreDNS reads it as an unknown option there).
 `HostsTable` is the lookup: pure, built from text, so a reload is a new table.
+Tests: tests/test_plugins.py, tests/test_plugins_serve.py.
 """
 
 from __future__ import annotations

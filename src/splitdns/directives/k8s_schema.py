@@ -16,6 +16,7 @@ RFC 8020 says NXDOMAIN denies the whole subtree, so a name that could exist is a
 `com`, and `default.svc.cluster.local` is an empty non-terminal. The guard switches itself off
 where the block's `rewrite`, `template` or `hosts` may make names the schema does not have,
 and where the pod's search list (`autopath`) says the cluster domain is another one.
+Tests: tests/test_names.py, tests/test_autopath.py.
 """
 
 from __future__ import annotations

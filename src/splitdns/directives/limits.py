@@ -9,6 +9,7 @@ Syntax (every line optional; the defaults are what you get without the directive
         tcp_buffer 64KB         reply bytes a TCP client may leave unread before it is dropped
         cache_memory 64MB       reply bytes each cache may hold, on top of its entry capacity
     }
+Tests: tests/test_config.py.
 """
 
 from __future__ import annotations

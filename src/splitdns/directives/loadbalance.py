@@ -16,6 +16,7 @@ only in that order): `out_of_order` finds the rare reply that needs it, on its b
 `weighted` (and its weight file) and `prefer CIDR...` are not implemented.
 
 `rotations` works on a reply's bytes: pure, no sockets, no clock.
+Tests: tests/test_plugins.py.
 """
 
 from __future__ import annotations

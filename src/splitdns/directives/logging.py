@@ -13,6 +13,7 @@ written as one line (`N errors like 'REGEX' occurred in last DURATION`) at LEVEL
 warning, info or debug), the first one in full with `show_first`. `stacktrace` (Go stack
 traces on a plugin's panic) is accepted and has no effect: a bug of ours is logged with its
 traceback anyway.
+Tests: tests/test_query_log.py, tests/test_error_log.py.
 """
 
 from __future__ import annotations

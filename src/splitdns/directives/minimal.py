@@ -14,6 +14,7 @@ addresses to every answer makes each reply several times larger than the answer 
 The block's answers are minimised where they are kept (`RESHAPE`: an upstream's reply before
 the cache stores it, a `template` or `hosts` answer before it is kept), so a cache hit costs
 nothing more. No sockets, no clock.
+Tests: tests/test_minimal.py.
 """
 
 from __future__ import annotations

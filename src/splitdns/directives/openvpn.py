@@ -18,6 +18,7 @@ The zone's upstream sockets are bound to the tunnel's interface (SO_BINDTODEVICE
 OpenVPN names: `dev` in its UPDOWN block and its scripts' environment, `TUN/TAP device X
 opened` in its log. `interface` names it when none of those reach us; `bind_to_tunnel off`
 lets the routing table choose, and the zone's queries may then leave by another interface.
+Tests: tests/test_tunnel.py, tests/test_config.py, tests/test_confinement.py.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ Syntax:
 
 ADDRESS is `[HOST]:PORT`; an empty host means every address, which the kubelet's probes
 need (they come to the pod IP).
+Tests: tests/test_operations.py, tests/test_config.py.
 """
 
 from __future__ import annotations

@@ -13,6 +13,7 @@ them), unique-local IPv6, and IPv4-mapped IPv6. Put it in the catch-all block: a
 that answers 127.0.0.1 or 169.254.169.254 is an attack on whatever in the pod trusts those
 addresses. The cluster and tunnel blocks answer private addresses by design and are not
 touched unless they carry the directive themselves.
+Tests: tests/test_rebinding.py.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ other kinds (for `suffix`, the suffix is swapped back), and by regex with `answe
 (owners) or `answer value` (CNAME, DNAME, NS, PTR, MX, SRV targets, SOA server, NAPTR
 replacement); the rules that applied are undone last first.
 Other fields (`type`, `class`, `edns0`, `ttl`, `cname`, `rcode`) are not implemented.
+Tests: tests/test_plugins.py, tests/test_plugins_serve.py.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def parse(st: Statement) -> RewriteRule:
         raise ConfigError(st.where, f"rewrite name: {kind!r} is not a match type ({', '.join(KINDS)})")
     pattern = None
     if kind == "regex":
-        pattern = _regex(st, source)
+        pattern = _args.regex(st, source, "rewrite name")
         if _groups_used(target) > pattern.groups:  # CoreDNS counts {0} too
             raise ConfigError(st.where, f"rewrite name: {target!r} uses more groups than {source!r} has")
         target = _fqdn(target)
@@ -136,7 +137,7 @@ def _answer_rules(st: Statement, args: list[str]) -> tuple[bool, tuple[AnswerRul
         elif what in ("name", "value"):
             if len(args) - pos < 2:
                 raise ConfigError(st.where, f"rewrite name: answer {what} needs FROM and TO")
-            pattern = _regex(st, args[pos])
+            pattern = _args.regex(st, args[pos], "rewrite name")
             if _groups_used(args[pos + 1]) > pattern.groups:  # as for the question's regex
                 raise ConfigError(st.where, f"rewrite name: answer {what} {args[pos + 1]!r} uses more "
                                             f"groups than {args[pos]!r} has")
@@ -147,15 +148,6 @@ def _answer_rules(st: Statement, args: list[str]) -> tuple[bool, tuple[AnswerRul
     if auto and any(r.field == "name" for r in rules):
         raise ConfigError(st.where, "rewrite name: answer auto cannot be combined with answer name")
     return auto, tuple(rules)
-
-
-def _regex(st: Statement, text: str) -> re.Pattern[str]:
-    if len(text) > _args.MAX_REGEX:
-        _args.regex(st, text, "rewrite name")  # says it is too long
-    try:
-        return re.compile(text)
-    except re.error as err:
-        raise ConfigError(st.where, f"rewrite name: {text!r} is not a regular expression ({err})") from None
 
 
 def _groups_used(text: str) -> int:

@@ -1,6 +1,7 @@
 """The TO of a `forward` line: upstream addresses (IP, IP:PORT, [IPv6]:PORT, dns://, tls://
 with its server name), resolv.conf files, and how a DNS-over-TLS upstream is reached. What
 CoreDNS's parse.HostPortOrFile and forward's splitZone read, read the same way.
+Tests: tests/test_config.py, tests/test_coredns_parity.py.
 """
 
 from __future__ import annotations

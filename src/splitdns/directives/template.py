@@ -18,6 +18,7 @@ Corefiles use: `{{ .Name }}`, `{{ .Zone }}`, `{{ .Class }}`, `{{ .Type }}`,
 its file and line, never answered wrongly at run time. `upstream` (a leftover of old Corefiles that
 CoreDNS reads and ignores) loads and does nothing. Regexes are Python's, which read the
 RE2 patterns templates use (`(?P<name>...)` groups included) the same way.
+Tests: tests/test_plugins.py, tests/test_plugins_serve.py.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def parse(st: Statement) -> TemplateSpec:
     if qclass is None:
         raise ConfigError(st.where, f"template: {st.args[0]!r} is not a class (IN, CH, HS or ANY)")
     qtype = _type(st, st.args[1])
-    zones = tuple(z for a in st.args[2:] for z in _args.zones(st, a, "template"))
+    zones = tuple(z for a in st.args[2:] for z in _args.origins(st, a, "template"))
     regexes: list[re.Pattern[str]] = []
     sections: dict[str, list[RecordTemplate]] = {s: [] for s in SECTIONS}
     rcode = 0
@@ -98,7 +99,7 @@ def parse(st: Statement) -> TemplateSpec:
     for opt in st.body or ():
         if opt.name == "match":
             _args.arity(opt, 1, None, "match REGEX...")
-            regexes.extend(_regex(opt, text) for text in opt.args)
+            regexes.extend(_args.regex(opt, text, "template match") for text in opt.args)
         elif opt.name in SECTIONS:
             _args.arity(opt, 1, 1, f"{opt.name} RR (quote the record)")
             sections[opt.name].append(compile_record(opt, opt.args[0]))
@@ -132,16 +133,6 @@ def _type(st: Statement, text: str) -> int:
         return int(dns.rdatatype.from_text(text.upper()))
     except Exception:
         raise ConfigError(st.where, f"template: {text!r} is not a record type") from None
-
-
-def _regex(opt: Statement, text: str) -> re.Pattern[str]:
-    if len(text) > _args.MAX_REGEX:
-        _args.regex(opt, text, "template: match")  # says it is too long
-    try:
-        return re.compile(text)
-    except re.error as err:
-        raise ConfigError(opt.where, f"template: match {text!r} is not a regular expression "
-                                     f"({err})") from None
 
 
 def compile_record(opt: Statement, text: str) -> RecordTemplate:

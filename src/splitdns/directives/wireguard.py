@@ -15,6 +15,7 @@ As with `openvpn`, a block with `wireguard` and no `forward` forwards everything
 tunnel's servers, failing fast; `forward FROM wireguard { ... }` chooses the options. The
 zone's upstream sockets are bound to the interface (SO_BINDTODEVICE); `bind_to_tunnel off`
 lets the routing table choose, and the zone's queries may then leave by another interface.
+Tests: tests/test_wireguard.py, tests/test_confinement.py.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 from splitdns import config, corefile, directives
 from splitdns.codec.wire import is_subdomain, name_to_wire
@@ -147,7 +148,15 @@ def _forwards(block: Block, src: CorefileSource, pods: list[PodResolvConf], add:
     for i, fwd in enumerate(block.forwards):
         line = src.line(fwd.statement.where)
         spec = fwd.spec
-        for path in spec.files if not cluster else ():
+        files = spec.files if not cluster else ()
+        if files and not spec.upstreams and not spec.tunnel and all(
+                Path(path).is_file() and forward.read_resolv_conf(fwd.statement, path) is None
+                for path in files):
+            # serve refuses such a line (as CoreDNS does): an error here too, not a warning. A
+            # file absent here is the pod's to hold, and this machine cannot tell what it says.
+            add(line, "SD100", f"forward: {', '.join(files)} has no usable nameserver line")
+            files = ()
+        for path in files:
             looping = [p for p in pods if p.points_at_loopback]
             # What `serve` would read from the file on this machine, under serve's own rule.
             here = forward.read_resolv_conf(fwd.statement, path) or []

@@ -1,5 +1,7 @@
 """What every upstream attempt shares, over UDP, TCP or TLS: how it fails, what it drops,
-and how a reply read off a stream is checked."""
+and how a reply read off a stream is checked.
+Tests: tests/test_upstream.py, tests/test_dot.py.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The tunnel canary's flight: ask its name through the zone's upstreams, retry a few times
 while it fails, record the outcome. What is due, what passes and what it means are
-core/confinement.py's; this is the I/O."""
+core/confinement.py's; this is the I/O.
+Tests: tests/test_confinement_inprocess.py, tests/test_confinement_lab.py.
+"""
 
 from __future__ import annotations
 

@@ -9,6 +9,7 @@ same interface, the same behaviour.
 A reply goes back to the sockaddr its query came from without that address becoming a
 Python object: the send header points at the receive header's address buffer. Only a
 query answered later (a cache miss) or logged asks for the address as a tuple.
+Tests: tests/test_datagrams.py.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ The attempts sent in the same millisecond with the same timeout share one `Deadl
 (bench/README.md, "Figures behind the code"). An attempt that ends leaves its slot empty, so an
 answered miss is not kept alive by a straggler of its turn; the timer goes when the last
 one ends.
+Tests: tests/test_misses.py.
 """
 
 from __future__ import annotations

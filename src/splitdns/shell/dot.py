@@ -12,6 +12,7 @@ one older than `max_age` (when set) is not used again.
 
 The certificate is verified against the CA (or the system's), for `tls_servername` or the
 upstream's address; a server that fails it fails the attempt, and never gets the query.
+Tests: tests/test_dot.py.
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 for its period and written as one line (`N errors like 'REGEX' occurred in last 1m0s`), the
 first in full with `show_first`. A timer on the event loop ends each period, as CoreDNS's
 time.AfterFunc does; `debug` lines are not written (CoreDNS writes them only under `debug`).
+Tests: tests/test_error_log.py.
 """
 
 from __future__ import annotations

@@ -3,6 +3,7 @@
 Metric names and labels are CoreDNS's where the meaning is the same, so existing
 dashboards work; ours (`splitdns_*`) cover what CoreDNS lacks. Query names never become
 labels (unbounded cardinality). Imported only when a `prometheus` directive is configured.
+Tests: tests/test_exposition.py.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ every `health_check` interval until any reply comes back: a reply of any rcode m
 upstream is alive, and it returns to service at once. Meanwhile `max_fails` failures in a row
 mark it down, and exchanges skip it (exchange.Exchange). A live readiness check probes an
 upstream that has been silent for a while the same way (`check`).
+Tests: tests/test_server_inprocess.py, tests/test_resolve.py.
 """
 
 from __future__ import annotations

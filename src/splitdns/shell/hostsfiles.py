@@ -3,6 +3,7 @@
 CoreDNS checks the file every `reload` interval (5 s by default) and reads it again when
 its modification time or size changed; a missing file leaves the inline entries serving,
 and is read once it appears. The table itself is built in the core (`local.Local`).
+Tests: tests/test_plugins_serve.py.
 """
 
 from __future__ import annotations

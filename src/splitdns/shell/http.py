@@ -3,6 +3,7 @@
 Deliberately tiny (GET only, one request per connection, bounded reads): the kubelet and
 Prometheus are the only clients, and a web framework would cost more start-up time than
 the whole resolver.
+Tests: tests/test_operations.py, tests/test_lifecycle_inprocess.py.
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """Which network interface holds an address: asked of the kernel with no privilege (SIOCGIFADDR
 on each interface of our network namespace), for a tunnel whose watcher knows its address but
-not its name (OpenVPN's CONNECTED line gives the tunnel's local address)."""
+not its name (OpenVPN's CONNECTED line gives the tunnel's local address).
+Tests: tests/test_confinement.py.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,7 @@ What is decided here is only when and how: the readiness rule, what proves a zon
 what a zone does when its tunnel changes are the core's (core/liveness.py). `/ready?zone=Z`
 is live also without traffic: the check probes Z's upstreams that have been silent for
 READY_HEARD_WITHIN.
+Tests: tests/test_lifecycle_inprocess.py, tests/test_runtime.py.
 """
 
 from __future__ import annotations
@@ -27,8 +28,8 @@ import dns.rdatatype
 
 from splitdns import config, corefile, directives
 from splitdns.addresses import host_port
-from splitdns.codec import wire
 from splitdns.core import confinement, liveness, metrics
+from splitdns.core.reloads import Reloads
 from splitdns.core.routing import Router
 from splitdns.core.tunnel import TunnelState
 from splitdns.core.zone import Zone
@@ -45,7 +46,6 @@ READY_HEARD_WITHIN = 3.0
 # After SIGTERM (and the lameduck), queries still waiting upstream get this long to finish;
 # then the process exits, health probes or not. The kubelet's patience is not ours to spend.
 STOP_DRAIN = 0.5
-LOOP_PROBE_ATTEMPTS = 30  # CoreDNS: every second for up to 30 s until one exchange succeeds
 
 
 def digest(blocks: list[corefile.ServerBlock]) -> str:
@@ -71,8 +71,7 @@ class Runtime:
     path: str | None = None
     default_port: int = config.DEFAULT_PORT
     stopping: bool = False
-    version: str = ""
-    failed_version: str = ""
+    reloads: Reloads = field(default_factory=Reloads)  # whether a reload is news (core/reloads.py)
     process: metrics.ProcessStats = field(default_factory=metrics.ProcessStats)
     _http: list[asyncio.Server] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -229,20 +228,17 @@ class Runtime:
         self._spawn(self._loop_probe(zone))
 
     async def _loop_probe(self, zone: Zone) -> None:
-        guard = zone.loop
-        for _ in range(LOOP_PROBE_ATTEMPTS):
-            name = guard.probe_name(secrets.token_hex(6), secrets.token_hex(6))
-            key = wire.name_to_wire(name)
-            detected_before = guard.probe_sent(key)
+        """Ask the probes the zone's loop guard says to ask (core/loop.py), PROBE_INTERVAL apart."""
+        probing = zone.loop.probing()
+        while (name := probing.next(secrets.token_hex(6), secrets.token_hex(6))) is not None:
             answered = False
             try:
                 done = await self.server.ask_upstreams(zone, name, dns.rdatatype.HINFO)
                 answered = done.reply is not None
             finally:
-                learned = guard.probe_finished(key, answered, detected_before)
-            if learned:
-                return
-            await asyncio.sleep(PROBE_INTERVAL)
+                probing.finished(answered)
+            if not probing.over:
+                await asyncio.sleep(PROBE_INTERVAL)
 
     # -- reload --------------------------------------------------------------------------------
 
@@ -250,8 +246,8 @@ class Runtime:
         spec = self.server.config.reload
         assert spec is not None and self.path is not None
         with contextlib.suppress(ConfigError):
-            self.version = digest(corefile.load(self.path))
-        self.process.reload_hash = self.version
+            self.reloads.version = digest(corefile.load(self.path))
+        self.process.reload_hash = self.reloads.version
         while not self.stopping:
             delay = spec.interval + random.uniform(0, spec.jitter)
             with contextlib.suppress(TimeoutError):
@@ -264,31 +260,28 @@ class Runtime:
     async def reload(self) -> bool:
         """Re-read the Corefile; serve it if it changed and loads, else keep the old one."""
         assert self.path is not None
-        version = ""
+        reloads = self.reloads
         try:
             try:
                 blocks = corefile.load(self.path)
             except ConfigError as err:
                 # Not parsed, so no digest of the blocks: the file's bytes and the error
-                # stand for it, and it is reported once until either changes, not at every poll.
-                version = "unparsed:" + _fingerprint(self.path, str(err))
-                if version == self.failed_version:
+                # stand for it.
+                if not reloads.unparsed(_fingerprint(self.path, str(err))):
                     return False
                 raise
-            version = digest(blocks)
-            if version in (self.version, self.failed_version):
+            if not reloads.changed(digest(blocks)):
                 return False
             new = config.build(blocks, self.path, self.default_port)
             await self.server.swap(new)
         except (ConfigError, OSError) as err:
-            self.failed_version = version  # not logged again until the file changes again
+            reloads.refused()
             self.process.reloads_failed += 1
             logs.error(f"plugin/reload: Corefile changed but could not be loaded, still serving "
                        f"the previous one: {err}")
             return False
-        self.version, self.failed_version = version, ""
-        self.process.reload_hash = version
-        logs.info(f"plugin/reload: Running configuration SHA512 = {version}")
+        logs.info(reloads.loaded())
+        self.process.reload_hash = reloads.version
         self._follow_tunnels()
         self._probe_zones()
         return True

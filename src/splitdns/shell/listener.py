@@ -1,4 +1,7 @@
-"""A listener: one address and port, its sockets, its routes and the memo of its replies."""
+"""A listener: one address and port, its sockets, its routes and the memo of its replies.
+
+Tests: tests/test_datagrams.py.
+"""
 
 from __future__ import annotations
 

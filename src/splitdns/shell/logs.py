@@ -9,6 +9,7 @@ ours: `{upstream}` (which upstream answered, "host:port", as CoreDNS's `{/forwar
 metadata, which is filled too) and `{upstream_duration}` (how long the exchange took until it
 answered); `-` for an answer no upstream gave (a cache hit, a SERVFAIL of our own). `format json`
 carries them as `upstream` and `upstream_duration` (null then). `errors` lines end with the zone.
+Tests: tests/test_query_log.py, tests/test_error_log.py.
 """
 
 from __future__ import annotations

@@ -1,44 +1,40 @@
-"""A UDP query the hot path did not answer, carried on event-loop callbacks: no task,
+"""The driver of every flight: its upstream attempts on event-loop callbacks, no task,
 coroutine or future per miss.
 
-Every decision is the core's, as on the coroutine path (resolution.py): `Zone.begin` answers
-or forwards, `Zone.depart` joins the flight under way or starts one (or refuses at the
-pending cap), the `Flight` (core/flight.py) decides each attempt, counts it, settles and
-lands, and `Zone.finish` gives each waiting client its answer. A `Miss` only does the I/O:
-each UDP `Send` is a fresh non-blocking socket connected to the upstream (a port the kernel
-picks) and a fresh random ID, waiting in our epoll set (`Misses`) under a `Deadline`
-(deadlines.py: one loop timer for the attempts sent in the same millisecond); a datagram
-that does not match the query or does not parse is dropped and counted, and the wait goes
-on (as in `upstream.ask`). TCP (after a truncated reply) and TLS attempts go through
-`upstream.ask` in a task. Both paths share the resolution's table of flights: a client of
-either joins the other's flight (a coroutine awaits a `Miss`, a callback waits on a
-coroutine's future). Why: bench/README.md, "Misses on callbacks".
+The `Flight` (core/flight.py) decides each attempt, counts it, settles and lands; who waits
+for it and what each gets is `Flights`' (flights.py). A `Miss` only does the I/O: each UDP
+`Send` is a fresh non-blocking socket connected to the upstream (a port the kernel picks) and
+a fresh random ID, waiting in our epoll set (`Misses`) under a `Deadline` (deadlines.py: one
+loop timer for the attempts sent in the same millisecond); a datagram that does not match the
+query or does not parse is dropped and counted, and the wait goes on (as in `upstream.ask`).
+TCP (after a truncated reply) and TLS attempts go through `upstream.ask` in a task, and so
+does every attempt where there is no epoll (not Linux). The outcome goes to
+`Flights.settled`, our own bug to `Flights.crashed`. Why: bench/README.md, "Misses on
+callbacks".
+Tests: tests/test_misses.py, tests/test_flight.py.
 """
 from __future__ import annotations
 
 import _socket
 import asyncio
+import random
 import select
 import socket
-from collections.abc import Generator
+from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING
-
-import dns.rcode
 
 from splitdns.codec import reply as replies
 from splitdns.codec import wire
-from splitdns.codec.entries import Entry
-from splitdns.core.decisions import Answer, Forward, Settled
-from splitdns.core.exchange import Done, Send
+from splitdns.core.decisions import Settled
+from splitdns.core.exchange import Send
 from splitdns.core.flight import Flight
-from splitdns.core.search import Search
-from splitdns.shell import datagrams, upstream
+from splitdns.shell import upstream
 from splitdns.shell.deadlines import Deadline, Deadlines
 
 if TYPE_CHECKING:
     from splitdns.core.zone import Zone
-    from splitdns.shell.listener import Listener
-    from splitdns.shell.resolution import Resolution
+    from splitdns.shell.flights import Flights
+    from splitdns.shell.health_checks import UpstreamHealthChecks
 
 POLLED = 256  # upstream sockets read per wakeup at most; the rest stay ready for the next
 UDP_LARGEST = 65535  # whatever an upstream sends is read whole (we ask for 1232 at most)
@@ -46,32 +42,22 @@ _EPOLL = hasattr(select, "epoll")
 _EPOLLIN = getattr(select, "EPOLLIN", 1)
 _NONBLOCK = getattr(socket, "SOCK_NONBLOCK", 0)
 _AF_INET, _AF_INET6, _DGRAM = socket.AF_INET, socket.AF_INET6, socket.SOCK_DGRAM | _NONBLOCK
-Outcome = tuple[Done, Entry | None]
-
-
-class Waiter:
-    """A UDP client waiting for an outcome: its query, what `begin` decided for it, where its
-    answer goes (listener and peer), the size it asked with and when it came (for the log)."""
-
-    __slots__ = ("forward", "listener", "peer", "query", "size", "start")
-
-    def __init__(self, query: wire.Query, forward: Forward, listener: Listener, peer: datagrams.Peer,
-                 size: int, start: float) -> None:
-        self.query, self.forward, self.listener, self.peer = query, forward, listener, peer
-        self.size, self.start = size, start
-
-    def answer(self, zone: Zone, out: bytes, res: Resolution, via: Done | None = None) -> None:
-        reply(zone, self.query, self.listener, self.peer, self.size, self.start, out, res, via)
 
 
 class Misses:
-    """The UDP misses of a server, and the epoll set (one reader of the loop) their upstream
-    sockets wait in: one epoll_ctl to register, none to leave (close does it). A loop reader
-    per socket costs libuv four system calls more (bench/README.md). Without epoll (not
-    Linux) every miss takes the coroutine path."""
+    """The flights of a server in the air, and the epoll set (one reader of the loop) their
+    upstream sockets wait in: one epoll_ctl to register, none to leave (close does it). A
+    loop reader per socket costs libuv four system calls more (bench/README.md)."""
 
-    def __init__(self, resolution: Resolution) -> None:
-        self.resolution = resolution
+    def __init__(self, flights: Flights, clock: Callable[[], float], rng: random.Random,
+                 counters: upstream.Counters, query_ids: Callable[[], int],
+                 health_checks: UpstreamHealthChecks,
+                 spawn: Callable[[Coroutine[object, object, None]], None]) -> None:
+        self.flights = flights
+        flights.driver = self
+        self.clock, self.rng, self.counters, self.query_ids = clock, rng, counters, query_ids
+        self.health_checks = health_checks
+        self.spawn = spawn  # stream attempts run as tasks the server holds (and ends)
         self.loop: asyncio.AbstractEventLoop | None = None
         self.poll: select.epoll | None = None
         self.waiting: dict[int, Miss] = {}  # by socket descriptor
@@ -81,53 +67,16 @@ class Misses:
         # the code").
         self.buffer = memoryview(bytearray(UDP_LARGEST))
 
-    def take(self, q: wire.Query, listener: Listener, peer: datagrams.Peer, size: int,
-             now: float, routed: Zone | None = None) -> bool:
-        """Carry out what the zone decides for this UDP query; False leaves it to the
-        coroutine path (no zone, or no epoll here). `routed`: the zone the hot path routed
-        `q` to, whose `known` step found nothing (the walk goes on from there)."""
-        zone = routed or listener.router.route(q.name)
-        if zone is None or not _EPOLL:
-            return False
-        res = self.resolution
-        try:
-            decided = zone.begin(q, now) if routed is None else zone.walk(q, now)
-            if isinstance(decided, Search):  # autopath: several exchanges in turn, as a task
-                res.spawn(_searched(zone, q, decided, listener, peer, size, now, res))
-                return True
-            if isinstance(decided, Answer):
-                res.carry_out(zone, q, decided, listener.router)
-                reply(zone, q, listener, peer, size, now, decided.reply, res)
-                return True
-            waiter = Waiter(q, decided, listener, peer, size, now)
-            flight = zone.depart(q, decided, res.config().limits.pending)
-        except Exception as err:  # our own bug: the client still gets an answer, we a log line
-            res.internal_error(err)
-            reply(zone, q, listener, peer, size, now, wire.error_reply(q, dns.rcode.SERVFAIL), res)
-            return True
-        if isinstance(flight, Done):  # refused at the pending cap
-            answer_each(zone, (waiter,), flight, None, res)
-            return True
-        waiting = res.flights.get(flight)
-        if waiting is None:
-            self._start(zone, flight, waiter)
-        elif type(waiting) is Miss:
-            waiting.waiters.append(waiter)
-        else:  # a coroutine's exchange: its outcome answers this client too
-            assert isinstance(waiting, asyncio.Future)
-            waiting.add_done_callback(lambda f: _joined(zone, waiter, f, res))
-        return True
-
-    def _start(self, zone: Zone, flight: Flight, waiter: Waiter) -> None:
-        res = self.resolution
-        if self.poll is None:
+    def fly(self, zone: Zone, flight: Flight, owner_of: Callable[[bytes], object] | None) -> None:
+        """Carry a new flight's attempts out until it settles. `owner_of`: for its `scrub`."""
+        if self.loop is None:
             self.loop = asyncio.get_running_loop()
-            self.poll = select.epoll()
-            self.loop.add_reader(self.poll.fileno(), self._ready)
-        miss = Miss(self, zone, flight, [waiter], waiter.listener)
-        res.flights[flight] = miss
+            if _EPOLL:
+                self.poll = select.epoll()
+                self.loop.add_reader(self.poll.fileno(), self._ready)
+        miss = Miss(self, zone, flight)
         try:
-            miss.advance(flight.start(res.clock(), res.rng, waiter.listener.router.route))
+            miss.advance(flight.start(self.clock(), self.rng, owner_of))
         except Exception as err:  # our own bug: the clients still get an answer
             miss.crashed(err)
 
@@ -139,57 +88,41 @@ class Misses:
             if miss is not None:
                 miss.readable()
 
-    def in_flight(self) -> list[Miss]:
-        return [m for m in self.resolution.flights.values() if type(m) is Miss]
-
     def close(self) -> None:
-        """The server stops: stop waiting, answer nobody (as a cancelled task would)."""
-        for miss in self.in_flight():
-            miss.cancel()
+        """The server stops: stop waiting (the flights themselves land in `Flights.close`)."""
+        for miss in list(self.waiting.values()):
+            miss.hang_up()
         if self.poll is not None and self.loop is not None:
             self.loop.remove_reader(self.poll.fileno())
             self.poll.close()
             self.poll = None
+        self.loop = None
 
 
 class Miss:
-    """One flight's upstream attempts on callbacks, and the UDP clients waiting for it: the
-    flight (core/flight.py) decides, this sends, waits and reads."""
+    """One flight's upstream attempts on callbacks: the flight decides, this sends, waits
+    and reads."""
 
-    __slots__ = ("deadline", "fd", "flight", "future", "listener", "loop", "misses", "outcome", "qlen",
-                 "res", "sent", "slot", "sock", "step", "waiters", "zone")
+    __slots__ = ("deadline", "fd", "flight", "loop", "misses", "qlen", "sent", "slot", "sock",
+                 "step", "zone")
 
-    def __init__(self, misses: Misses, zone: Zone, flight: Flight, waiters: list[Waiter],
-                 listener: Listener) -> None:
+    def __init__(self, misses: Misses, zone: Zone, flight: Flight) -> None:
         assert misses.loop is not None
-        self.misses, self.res, self.loop = misses, misses.resolution, misses.loop
-        self.zone, self.flight, self.waiters, self.listener = zone, flight, waiters, listener
+        self.misses, self.loop, self.zone, self.flight = misses, misses.loop, zone, flight
         self.qlen = len(flight.forward.asked.question)
         self.sock: _socket.socket | None = None
         self.deadline: Deadline | None = None  # while an attempt waits, and its slot there
         self.fd, self.slot, self.sent = -1, 0, b""
-        self.future: asyncio.Future[Outcome] | None = None  # for a coroutine that joined
-        self.outcome: Outcome | None = None  # once settled
         self.step: Send | None = None
 
-    def __await__(self) -> Generator[object, None, Outcome]:
-        """A coroutine of the same question awaits the outcome (resolution's `_flight`).
-        `asyncio.shield` starts it a turn of the loop later: if the miss settled meanwhile,
-        the outcome is there."""
-        if self.future is None:
-            self.future = self.loop.create_future()
-            if self.outcome is not None:
-                self.future.set_result(self.outcome)
-        return self.future.__await__()
-
     def advance(self, step: Send | Settled) -> None:
-        """Carry out what the flight says next: send an attempt, or answer its outcome."""
-        res = self.res
+        """Carry out what the flight says next: send an attempt, or hand its outcome over."""
+        misses = self.misses
         while isinstance(step, Send):
             up = step.upstream.upstream
-            if step.tcp or up.tls is not None:
+            if step.tcp or up.tls is not None or misses.poll is None:
                 self.step = step
-                res.spawn(self._ask_stream(step))
+                misses.spawn(self._ask_stream(step))
                 return
             error = self._send(step, up.host, up.port, up.source, up.device) if step.timeout > 0 else \
                 "no time left before the deadline"
@@ -197,12 +130,13 @@ class Miss:
                 self.step = step
                 return
             step = self._failed(step, error, False)
-        self._settled(step)
+        misses.flights.settled(self.zone, self.flight, step)
 
     def _send(self, step: Send, host: str, port: int, source: str | None,
               device: str | None) -> str | None:
         """Send the attempt over a fresh socket and start waiting; the error if it failed."""
-        self.sent = sent = wire.upstream_query(self.flight.forward.asked, self.res.query_ids())
+        misses = self.misses
+        self.sent = sent = wire.upstream_query(self.flight.forward.asked, misses.query_ids())
         sock = _socket.socket(_AF_INET6 if ":" in host else _AF_INET, _DGRAM)
         try:
             if not _NONBLOCK:
@@ -218,7 +152,6 @@ class Miss:
             return f"send failed: {err.strerror or err}"
         self.sock = sock
         self.fd = fd = sock.fileno()
-        misses = self.misses
         assert misses.poll is not None
         misses.poll.register(fd, _EPOLLIN)
         misses.waiting[fd] = self
@@ -230,9 +163,10 @@ class Miss:
         sock, step = self.sock, self.step
         if sock is None or step is None:
             return
-        counters = self.res.counters
+        misses = self.misses
+        counters = misses.counters
         qlen = self.qlen
-        buffer = self.misses.buffer
+        buffer = misses.buffer
         try:
             for _ in range(64):  # bounded: a flood of forgeries cannot pin the loop here
                 try:
@@ -251,7 +185,7 @@ class Miss:
                     counters.unparseable += 1
                     continue
                 self.hang_up()
-                self.advance(self.flight.answered(step, reply, self.res.clock()))
+                self.advance(self.flight.answered(step, reply, misses.clock()))
                 return
         except Exception as err:  # our own bug: the clients still get an answer
             self.crashed(err)
@@ -278,113 +212,28 @@ class Miss:
 
     def _failed(self, step: Send, error: str, timed_out: bool) -> Send | Settled:
         flight = self.flight
-        following = flight.failed(step, error, timed_out, self.res.clock())
+        following = flight.failed(step, error, timed_out, self.misses.clock())
         if flight.unwell is not None:
-            self.res.health_checks.watch(*flight.unwell)
+            self.misses.health_checks.watch(*flight.unwell)
         return following
 
     async def _ask_stream(self, step: Send) -> None:
-        """A TCP or TLS attempt, through upstream.ask, back into this flight."""
-        res = self.res
+        """A TCP or TLS attempt (or any, without epoll), through upstream.ask, back into
+        this flight."""
+        misses = self.misses
         try:
-            sent = wire.upstream_query(self.flight.forward.asked, res.query_ids())
+            sent = wire.upstream_query(self.flight.forward.asked, misses.query_ids())
             try:
                 reply = await upstream.ask(sent, step.upstream.upstream, step.tcp, step.timeout,
-                                           res.counters)
+                                           misses.counters)
             except upstream.UpstreamError as err:
                 self.advance(self._failed(step, str(err), isinstance(err, upstream.UpstreamTimeout)))
             else:
-                self.advance(self.flight.answered(step, reply, res.clock()))
+                self.advance(self.flight.answered(step, reply, misses.clock()))
         except Exception as err:  # our own bug: the clients still get an answer
             self.crashed(err)
 
-    def _settled(self, settled: Settled) -> None:
-        """The flight settled (and landed: no client joins from now on): every waiting client
-        gets its answer to the outcome."""
-        zone, res = self.zone, self.res
-        if settled.notes:
-            res.emit(zone, self.flight.query, settled.notes)
-        self.outcome = outcome = (settled.done, settled.entry)
-        del res.flights[self.flight]
-        waiters, self.waiters = self.waiters, []  # answered once, even if a bug stops us midway
-        answer_each(zone, waiters, settled.done, settled.entry, res)
-        if self.future is not None:
-            self.future.set_result(outcome)
-
-    def _abandon(self) -> None:
-        """The flight lands without an outcome (if it has not landed yet)."""
-        if not self.flight.landed:
-            self.flight.abandon()
-        if self.res.flights.get(self.flight) is self:
-            del self.res.flights[self.flight]
-
-    def cancel(self) -> None:
-        """The server stops: stop waiting, land the flight, answer nobody."""
-        self.hang_up()
-        self._abandon()
-        if self.future is not None and not self.future.done():
-            self.future.cancel()
-
     def crashed(self, err: BaseException) -> None:
-        """Our own bug: count and log it, stop waiting, answer SERVFAIL to everyone."""
-        self.res.internal_error(err)
+        """Our own bug: stop waiting, and let `Flights` count it and answer everyone."""
         self.hang_up()
-        self._abandon()
-        self.outcome = self.outcome or (Done(error="internal error"), None)  # for a late await
-        waiters, self.waiters = self.waiters, []
-        for waiter in waiters:
-            waiter.answer(self.zone, wire.error_reply(waiter.query, dns.rcode.SERVFAIL), self.res)
-        if self.future is not None and not self.future.done():
-            self.future.set_exception(err)
-            self.future.exception()  # retrieved: the waiting coroutine may be gone
-
-
-def answer_each(zone: Zone, waiters: tuple[Waiter, ...] | list[Waiter], done: Done,
-                entry: Entry | None, res: Resolution) -> None:
-    """Each waiting client's answer to an outcome, as the zone finishes it."""
-    now = res.clock()
-    for waiter in waiters:
-        answer = zone.finish(waiter.query, waiter.forward, done, entry, now)
-        if answer.notes:
-            res.emit(zone, waiter.query, answer.notes)
-        waiter.answer(zone, answer.reply, res, done)
-
-
-def _joined(zone: Zone, waiter: Waiter, future: asyncio.Future[Outcome], res: Resolution) -> None:
-    """A coroutine's exchange this UDP client joined has ended."""
-    if future.cancelled():
-        return  # the server stops: as for the coroutine's own client, no answer
-    try:
-        if future.exception() is not None:  # our own bug there, counted there
-            waiter.answer(zone, wire.error_reply(waiter.query, dns.rcode.SERVFAIL), res)
-            return
-        done, entry = future.result()
-        answer_each(zone, (waiter,), done, entry, res)
-    except Exception as err:  # our own bug: count it, as the coroutine path does
-        res.internal_error(err)
-
-
-def reply(zone: Zone, q: wire.Query, listener: Listener, peer: datagrams.Peer, size: int,
-          start: float, out: bytes, res: Resolution, via: Done | None = None) -> None:
-    """Send one client its reply (truncated to what it takes over UDP), counted and logged;
-    `via`: the exchange's outcome it came from (which upstream answered, for `log`)."""
-    if len(out) > q.max_udp:
-        out = wire.truncated(q, (out[2] << 8) | out[3])
-    sock = listener.udp
-    if sock is None:
-        return  # closed by a reload or a stop while we waited upstream
-    try:  # noqa: SIM105 (contextlib.suppress costs a context manager per reply)
-        sock.sendto(out, peer)
-    except OSError:
-        pass
-    res.account(zone, q, listener, peer, "udp", size, out, start, via)
-
-
-async def _searched(zone: Zone, q: wire.Query, walk: Search, listener: Listener, peer: datagrams.Peer,
-                    size: int, start: float, res: Resolution) -> None:
-    try:
-        out = await res.search(zone, q, walk, listener.router)
-    except Exception as err:  # our own bug: the client still gets an answer, we a log line
-        res.internal_error(err)
-        out = wire.error_reply(q, dns.rcode.SERVFAIL)
-    reply(zone, q, listener, peer, size, start, out, res)
+        self.misses.flights.crashed(self.zone, self.flight, err)

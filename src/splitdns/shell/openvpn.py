@@ -4,6 +4,7 @@ The management client is the recommended source: it hears RECONNECTING the momen
 does, so the tunnel zone fails fast instead of timing out. OpenVPN takes one management
 client at a time, so the state file (written by `splitdns openvpn-hook` as `--up`/`--down`
 script) is there for setups where something else holds the management port.
+Tests: tests/test_tunnel.py, tests/test_tunnel_serve.py.
 """
 
 from __future__ import annotations

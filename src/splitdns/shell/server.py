@@ -1,9 +1,10 @@
 """The server: its zones, its listeners and their sockets, from start through reload to stop.
 
 What happens to a query is decided by the core (core/zone.py) and carried out by the UDP
-path (udp.py: reads, hot-path hits; misses.py: UDP misses on callbacks), TCP clients
-(tcp.py) and the coroutine miss path (resolution.py).
+path (udp.py: reads, hot-path hits) and TCP clients (tcp.py); every miss of either waits on a
+flight `Flights` owns (flights.py), whose attempts the driver makes (misses.py).
 Why the UDP path is shaped as it is, with the figures: bench/README.md, "Where splitdns's time goes".
+Tests: tests/test_server_inprocess.py, tests/test_serve.py, tests/test_lifecycle_inprocess.py.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import random
 import secrets
 import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 
 from splitdns.codec import wire
@@ -28,12 +29,11 @@ from splitdns.core.names import Pod, pod_of
 from splitdns.core.routing import Router, cache_key
 from splitdns.core.zone import Zone
 from splitdns.shell import datagrams, hostsfiles, tcp, upstream
+from splitdns.shell.flights import Flights
 from splitdns.shell.health_checks import UpstreamHealthChecks
 from splitdns.shell.listener import Listener
-from splitdns.shell.resolution import Resolution, spawn_into, upstream_budget
+from splitdns.shell.misses import Misses
 from splitdns.shell.udp import UdpPath
-
-__all__ = ["Listener", "Server", "spawn_into", "upstream_budget"]
 
 # A burst of clients at once (a herd at expiry) must queue, not drop: the kernel's default
 # of about 200 KiB holds some 200 queries. The kernel caps this at net.core.rmem_max.
@@ -55,25 +55,23 @@ class Server:
 
     def __post_init__(self) -> None:
         Cache.wall_offset = time.time() - self.clock()  # the cache judges RRSIG times in wall time
-        self.resolution = Resolution(lambda: self.config, self.clock, self.rng, self.counters,
-                                     self.query_ids)
-        self.udp = UdpPath(self.clock, self.resolution)
+        self.tasks: set[asyncio.Task[None]] = set()  # stream attempts: end with the queries
+        self.health_check_tasks: set[asyncio.Task[None]] = set()  # end with the server
+        self.loop_probes: LoopProbes = {}  # shared by every zone of the server (loop.py)
+        self.health_checks = UpstreamHealthChecks(
+            self.clock, self.counters, lambda coro: spawn_into(self.health_check_tasks, coro),
+            self.query_ids)
+        self.flights = Flights(lambda: self.config, self.clock, lambda coro: spawn_into(self.tasks, coro))
+        self.misses = Misses(self.flights, self.clock, self.rng, self.counters, self.query_ids,
+                             self.health_checks, lambda coro: spawn_into(self.tasks, coro))
+        self.udp = UdpPath(self.clock, self.flights)
         # Each listener's read callback (bench/wakeup.py times it by calling it directly).
         self._udp_readable = self.udp.readable
         self.connections = tcp.Connections()
 
-    # What the rest of the package reads of the server: the miss path's parts.
-    @property
-    def health_checks(self) -> UpstreamHealthChecks:
-        return self.resolution.health_checks
-
-    @property
-    def loop_probes(self) -> LoopProbes:
-        return self.resolution.loop_probes
-
     @property
     def internal_errors(self) -> int:
-        return self.resolution.internal_errors
+        return self.flights.internal_errors
 
     @property
     def tcp_connections(self) -> int:
@@ -81,7 +79,7 @@ class Server:
 
     async def ask_upstreams(self, zone: Zone, name: str, qtype: int) -> Done:
         """Ask a name through the zone's upstreams, bypassing the cache (readiness, loops)."""
-        return await self.resolution.ask_upstreams(zone, name, qtype)
+        return await self.flights.ask_upstreams(zone, name, qtype)
 
     def _zone(self, block: Block, cache: Cache | None = None) -> Zone:
         return Zone(block, cache, self.config.limits.cache_memory, self.loop_probes)
@@ -172,7 +170,7 @@ class Server:
         listener.single = datagrams.OneByOne(sock, 1)
         try:
             listener.tcp = await asyncio.start_server(
-                lambda r, w: tcp.serve_client(self.resolution, self.connections, listener, r, w),
+                lambda r, w: tcp.serve_client(self.flights, self.connections, listener, r, w),
                 listener.host, listener.port, reuse_address=True, backlog=128)
         except OSError:
             sock.close()
@@ -204,12 +202,9 @@ class Server:
         for listener in self.listeners:
             self._close_listener(listener)
         self.listeners.clear()
-        for task in self.resolution.health_check_tasks:
+        for task in self.health_check_tasks:
             task.cancel()
-        misses = self.udp.misses.in_flight()  # UDP misses on callbacks: no task to wait for
-        if self.resolution.tasks or misses:
-            await asyncio.wait(set(self.resolution.tasks) | {asyncio.ensure_future(m) for m in misses},
-                               timeout=budget)
+        await self.flights.landed(budget)  # their attempts are callbacks, or tasks in `tasks`
         for _ in range(int(budget * 20)):
             if not self.connections.held:
                 break
@@ -225,6 +220,15 @@ class Server:
         for listener in self.listeners:
             self._close_listener(listener)
         self.listeners.clear()
-        for task in self.resolution.tasks | self.resolution.health_check_tasks:
+        for task in self.tasks | self.health_check_tasks:
             task.cancel()
-        self.udp.misses.close()
+        self.misses.close()
+        self.flights.close()
+
+
+def spawn_into(tasks: set[asyncio.Task[None]], coro: Coroutine[object, object, None]) -> None:
+    """Run `coro` as a task that `tasks` holds until it ends: the loop keeps only a weak
+    reference, and a stop must be able to wait for or cancel what is running."""
+    task = asyncio.get_running_loop().create_task(coro)
+    tasks.add(task)
+    task.add_done_callback(tasks.discard)

@@ -4,6 +4,7 @@ Bounds as miekg/dns and CoreDNS have them: 3 s to read the first query and each 
 bytes, 10 s idle between queries, `limits tcp_queries` per connection, `tcp_connections`
 at once (beyond: closed at accept), and `tcp_buffer` reply bytes a client may leave unread
 before it is cut off, so a client that does not read cannot grow our memory.
+Tests: tests/test_hostile_clients.py, tests/test_misses.py.
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ import asyncio
 import struct
 
 from splitdns.codec import queries, wire
+from splitdns.shell.flights import Flights
 from splitdns.shell.listener import Listener
-from splitdns.shell.resolution import Resolution
 
 TCP_IDLE_TIMEOUT = 10.0      # CoreDNS: idle 10 s, read 3 s
 TCP_READ_TIMEOUT = 3.0
@@ -26,9 +27,9 @@ class Connections:
         self.held = 0
 
 
-async def serve_client(resolution: Resolution, connections: Connections, listener: Listener,
+async def serve_client(flights: Flights, connections: Connections, listener: Listener,
                        reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    limits = resolution.config().limits
+    limits = flights.config().limits
     if connections.held >= limits.tcp_connections:
         writer.close()
         return
@@ -49,13 +50,13 @@ async def serve_client(resolution: Resolution, connections: Connections, listene
                 break
             if isinstance(verdict, bytes):
                 writer.write(struct.pack("!H", len(verdict)) + verdict)
-                resolution.account_unrouted(listener, "tcp", data, verdict, resolution.clock())
+                flights.account_unrouted(listener, "tcp", data, verdict, flights.clock())
                 continue
-            task = asyncio.ensure_future(_answer(resolution, verdict, listener, writer, peer, len(data)))
+            task = asyncio.ensure_future(_answer(flights, verdict, listener, writer, peer, len(data)))
             pending.add(task)
             task.add_done_callback(pending.discard)
         if pending:
-            await asyncio.wait(pending, timeout=resolution.upstream_budget())
+            await asyncio.wait(pending, timeout=flights.upstream_budget())
     finally:
         connections.held -= 1
         for task in pending:
@@ -63,13 +64,13 @@ async def serve_client(resolution: Resolution, connections: Connections, listene
         writer.close()
 
 
-async def _answer(resolution: Resolution, q: wire.Query, listener: Listener,
+async def _answer(flights: Flights, q: wire.Query, listener: Listener,
                   writer: asyncio.StreamWriter, peer: tuple[str, int], size: int) -> None:
-    start = resolution.clock()
-    out, zone, via = await resolution.answer_via(q, listener)
+    start = flights.clock()
+    out, zone, via, hit = await flights.answer(q, listener)
     if writer.is_closing():
         return
     writer.write(struct.pack("!H", len(out)) + out)
-    if writer.transport.get_write_buffer_size() > resolution.config().limits.tcp_buffer:
+    if writer.transport.get_write_buffer_size() > flights.config().limits.tcp_buffer:
         writer.transport.abort()  # a client that does not read must not grow our memory
-    resolution.account(zone, q, listener, peer, "tcp", size, out, start, via)
+    flights.account(zone, q, listener, peer, "tcp", size, out, start, via, hit)

@@ -1,6 +1,8 @@
 """What every tunnel kind's watcher shares: the latest TunnelState, and one way to report a
 change (a log line when the tunnel goes up or down or its DNS changes, then the callback).
-Each kind's watcher (shell/openvpn.py, shell/wireguard.py) only reads its sources."""
+Each kind's watcher (shell/openvpn.py, shell/wireguard.py) only reads its sources.
+Tests: tests/test_tunnel_kinds.py, tests/test_tunnel_serve.py.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The shell's one table of tunnel kinds: a tunnel directive's name -> the watcher that follows
 its spec (`tunnel_watcher.Watcher`). The lifecycle starts one watcher per spec from here and
-never asks which kind it is; a new kind is its watcher module and one row below."""
+never asks which kind it is; a new kind is its watcher module and one row below.
+Tests: tests/test_tunnel_kinds.py, tests/test_tunnel_serve.py.
+"""
 
 from __future__ import annotations
 

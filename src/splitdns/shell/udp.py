@@ -2,37 +2,40 @@
 
 Cache hits and the block's own answers are rendered from wire bytes with no task and no
 dnspython, and sent with one sendmmsg per batch; a repeat within the same second is a memo
-lookup (memo.py). Anything else is carried out on loop callbacks (misses.py), with no task;
-only where that cannot be done (no zone, no epoll) does it go to the miss path as a task
-(resolution.py). Why it is shaped so, with the figures: bench/README.md, "Where splitdns's
-time goes" and "Misses on callbacks".
+lookup (memo.py). Anything else the zone decides (`Zone.walk`): an answer sent at once, or a
+client that boards a flight (flights.py), whose attempts the driver makes on loop callbacks
+(misses.py), with no task. Why it is shaped so, with the figures: bench/README.md, "Where
+splitdns's time goes" and "Misses on callbacks".
+Tests: tests/test_datagrams.py, tests/test_misses.py, tests/test_zone.py (hot path = `Zone.begin`).
 """
 
 from __future__ import annotations
 
 import operator
-import socket
 import struct
 from collections import Counter
 from collections.abc import Callable, Iterable
 
+import dns.rcode
+
 from splitdns.codec import queries, wire
 from splitdns.core import metrics
+from splitdns.core.decisions import Answer
 from splitdns.core.memo import Remembered
+from splitdns.core.routing import unrouted
+from splitdns.core.search import Search
 from splitdns.core.zone import Zone
-from splitdns.shell import datagrams, logs
+from splitdns.shell import datagrams, logs, searches
+from splitdns.shell.flights import Flights, UdpClient
 from splitdns.shell.listener import Listener, Tally
-from splitdns.shell.misses import Misses
-from splitdns.shell.resolution import Resolution
 
 _TALLY = operator.attrgetter("tally")
 
 
 class UdpPath:
-    def __init__(self, clock: Callable[[], float], resolution: Resolution) -> None:
+    def __init__(self, clock: Callable[[], float], flights: Flights) -> None:
         self.clock = clock
-        self.resolution = resolution
-        self.misses = Misses(resolution)
+        self.flights = flights
 
     def readable(self, listener: Listener) -> None:
         """One batch per wakeup (datagrams.BATCH): then the loop's other work gets a turn,
@@ -56,7 +59,7 @@ class UdpPath:
                 try:
                     self._datagram(listener, batch, i, rendered, now)
                 except Exception as err:  # our own bug: lose this datagram, not the batch
-                    self.resolution.internal_error(err)
+                    self.flights.internal_error(err)
         finally:
             batch.send()  # the replies first, the bookkeeping after
             if repeats or rendered:
@@ -77,11 +80,34 @@ class UdpPath:
             return
         if isinstance(verdict, bytes):
             batch.reply(i, verdict)
-            self.resolution.account_unrouted(listener, "udp", data, verdict, now)
+            self.flights.account_unrouted(listener, "udp", data, verdict, now)
             return
-        if self.misses.take(verdict, listener, batch.peer(i), len(data), now, zone):
+        self._miss(verdict, listener, batch.peer(i), len(data), now, zone)
+
+    def _miss(self, q: wire.Query, listener: Listener, peer: datagrams.Peer, size: int,
+              now: float, routed: Zone | None) -> None:
+        """What the zone decides for a query the hot path did not answer: an answer sent now,
+        or a client on a flight. `routed`: the zone the hot path routed `q` to, whose `known`
+        step found nothing (the walk goes on from there)."""
+        flights = self.flights
+        zone = routed or listener.router.route(q.name)
+        if zone is None:
+            flights.send(None, q, listener, peer, size, now, unrouted(q))
             return
-        self.resolution.spawn(self._resolve(verdict, listener, batch.peer(i), len(data)))
+        try:
+            decided = zone.begin(q, now) if routed is None else zone.walk(q, now)
+            if isinstance(decided, Search):  # autopath: several exchanges in turn, as a task
+                flights.spawn(searches.searched(flights, zone, q, decided, listener, peer, size, now))
+                return
+            if isinstance(decided, Answer):
+                flights.carry_out(zone, q, decided, listener.router)
+                flights.send(zone, q, listener, peer, size, now, decided.reply, hit=decided.hit)
+                return
+            flights.board(zone, decided, UdpClient(q, decided, listener, peer, size, now),
+                          listener.router.route)
+        except Exception as err:  # our own bug: the client still gets an answer, we a log line
+            flights.internal_error(err)
+            flights.send(zone, q, listener, peer, size, now, wire.error_reply(q, dns.rcode.SERVFAIL))
 
     def _answer_hit(self, zone: Zone, q: wire.Query, data: bytes, listener: Listener,
                     batch: datagrams.Batch | datagrams.OneByOne, i: int,
@@ -97,15 +123,15 @@ class UdpPath:
             out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
             turns = None
         batch.reply(i, out)
-        hits.append((zone, q.qtype, out[3] & 0xF, 1 if known.entry[16] else 0))
+        hits.append((zone, q.qtype, out[3] & 0xF, known.denial))
         zone.stats.udp_hit_sizes[metrics.hit_sizes(len(data), len(out))] += 1
         if zone.log is not None:
-            self.resolution.log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
+            self.flights.log_query(zone.block, q, batch.peer(i), "udp", len(data), out, now)
         if known.refresh is not None:
-            self.resolution.refresh(zone, known.refresh, q, listener.router)
+            self.flights.refresh(zone, known.refresh, q, listener.router)
         if known.replayable:
             listener.memo.remember(data, zone, q.key, known.entry, known.ttl, q.qtype, out, now,
-                                   known.held, turns)
+                                   known.held, turns, denial=known.denial)
         return True
 
     def _count_hits(self, repeats: list[Remembered[Zone]], rendered: list[Tally],
@@ -128,22 +154,3 @@ class UdpPath:
             zone.stats.hits(family, qtype, rcode, denial, elapsed, times)
         for seen in repeats:  # a dict increment each: cheaper than a Counter of (zone, sizes)
             seen.zone.stats.udp_hit_sizes[seen.sizes] += 1
-
-    async def _resolve(self, q: wire.Query, listener: Listener, addr: datagrams.Peer,
-                       size: int) -> None:
-        start = self.clock()
-        out, zone, via = await self.resolution.answer_via(q, listener)
-        if len(out) > q.max_udp:
-            out = wire.truncated(q, struct.unpack_from("!H", out, 2)[0])
-        if listener.udp is None:
-            return  # closed by a reload or a stop while we waited upstream
-        _send(listener.udp, out, addr)
-        self.resolution.account(zone, q, listener, addr, "udp", size, out, start, via)
-
-
-def _send(sock: socket.socket, data: bytes, addr: datagrams.Peer) -> None:
-    # A full buffer or a vanished client: UDP promises nothing, and neither do we.
-    try:  # noqa: SIM105 (contextlib.suppress costs a context manager per reply)
-        sock.sendto(data, addr)
-    except OSError:
-        pass

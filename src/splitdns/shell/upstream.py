@@ -6,6 +6,7 @@ port-unreachable fails the attempt at once instead of after the timeout. A datag
 does not match the query (ID, QR, opcode, question) or does not parse is dropped and
 counted, and we keep waiting for the genuine reply: answering the client on the first
 forged packet would let an off-path attacker cut queries short.
+Tests: tests/test_upstream.py, tests/test_query_ids.py.
 """
 
 from __future__ import annotations

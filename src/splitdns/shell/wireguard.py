@@ -4,6 +4,7 @@
 Everything here works without CAP_NET_ADMIN: files in a volume shared with the VPN container,
 and the interface's flags, which any process of the network namespace may read. The last
 handshake comes from the file the shim's `--watch` mode writes in the VPN container.
+Tests: tests/test_wireguard.py, tests/test_wireguard_lab.py.
 """
 
 from __future__ import annotations

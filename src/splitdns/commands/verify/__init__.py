@@ -5,6 +5,7 @@ Local mode runs the checks here (inside the pod, or any network namespace). Clus
 runs the same checks inside the pod through `kubectl exec`, replaces the pod, waits for
 the new one, and runs them again: a configuration that only lives in a running container
 is not a configuration.
+Tests: tests/test_verify.py, tests/test_verify_lab.py.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The I/O of `splitdns verify`: ask names, connect TCP, and print what was seen the way dig does."""
+"""The I/O of `splitdns verify`: ask names, connect TCP, and print what was seen the way dig does.
+
+Tests: tests/test_verify.py.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ at all; does the pod even use it; is the tunnel down (the resolver says so); doe
 to resolve (and does its upstream answer when asked directly); did it work before the pod
 was replaced and not after (then the Corefile is right and the pod spec is not); do names
 resolve while connections time out (then stop debugging DNS: it is routing).
+Tests: tests/test_diagnosis.py.
 """
 
 from __future__ import annotations

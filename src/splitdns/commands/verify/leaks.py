@@ -10,6 +10,7 @@ is read here too (/proc/net/route) to say where that is now.
 
 Phases: the tunnel as it is; with `--down CMD`, again after CMD has taken the tunnel (or its
 route) away; with `--up CMD`, once more after CMD brought it back.
+Tests: tests/test_verify_leaks.py, tests/test_confinement_lab.py.
 """
 
 from __future__ import annotations
