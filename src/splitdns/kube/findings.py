@@ -123,6 +123,13 @@ _TABLE = (
          "the kubelet runs httpGet probes from the node, so host 127.0.0.1 is the node itself, not "
          "the pod.",
          "drop httpGet.host (the pod IP is the default) and let health/ready listen on all addresses."),
+    Code("SD209", ERROR, "DNS sidecar's startup probe waits for a zone only a later container brings up",
+         "native sidecars start one after the other, each once the one before it passed its startupProbe; "
+         "the resolver's probe waits for a zone behind the VPN, whose container is listed after it and so "
+         "never starts: the probe fails until the kubelet restarts the resolver, forever.",
+         "let the resolver's startupProbe wait only for the zones the cluster DNS answers "
+         "(/ready?zone=cluster.local&zone=., what `splitdns render` writes), and hold the app until the "
+         "tunnel zone answers with the VPN container's own startupProbe (httpGet /ready on port 8181)."),
     # OpenVPN.
     Code("SD301", ERROR, "VPN remote resolves only through the tunnel",
          "the VPN client must resolve its server before the tunnel exists (and again on reconnect), "

@@ -274,6 +274,8 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
     if spec.get("initContainers") == []:
         del spec["initContainers"]
     container = _container(settings)
+    if mounted_before and not settings.configmap:  # render's vpn probe follows the resolver's port
+        manifests.follow_ready_port(spec, manifests.READY_PORT, READY_PORT)
     if settings.sidecar == "native":
         # First, so the app's own init containers and other injectors' can resolve both zones.
         if "initContainers" not in spec and "containers" in spec:

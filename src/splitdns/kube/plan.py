@@ -65,6 +65,14 @@ class Plan:
     def owner(self) -> str:
         return f"in-pod {self.resolver}"
 
+    def answerable_at_start(self) -> tuple[Route, ...]:
+        """The zones forwarded only to the cluster DNS (where the cluster domain goes): the one
+        upstream known to be reachable before any VPN container has started. Every other zone,
+        learned from the tunnel or at a fixed private address, is taken to be behind the VPN."""
+        domain = self.cluster_domain.rstrip(".") + "."
+        cluster = next((set(r.upstreams) for r in self.routes if r.zone == domain), set())
+        return tuple(r for r in self.routes if r.upstreams and set(r.upstreams) <= cluster)
+
     def searches(self) -> list[str]:
         """The search list ClusterFirst would have given; under None the kubelet adds none."""
         d = self.cluster_domain

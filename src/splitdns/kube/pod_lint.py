@@ -1,5 +1,6 @@
-"""Pod-spec checks (codes SD2xx, SD111, SD402): the resolv.conf the kubelet will write, and whether
-the DNS container can bind port 53, is probed, and holds the app until it answers.
+"""Pod-spec checks (codes SD2xx, SD111, SD402; SD209 in startup_lint): the resolv.conf the kubelet
+will write, and whether the DNS container can bind port 53, is probed, and holds the app until it
+answers.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from splitdns.kube import image
+from splitdns.kube import image, startup_lint
 from splitdns.kube.corefile_lint import PodResolvConf
 from splitdns.kube.corefile_model import Model
 from splitdns.kube.findings import Finding
@@ -115,6 +116,9 @@ def check(w: Workload, corefiles: list[Model], kube_version: tuple[int, int] | N
     for d in dns:
         _dns_container(w, d, add)
         _probe_targets(w, d, corefiles, add)
+        startup_lint.check(spec, d.key, d.index, corefiles, w.line(d.key, d.index, "startupProbe")
+                           if d.container.get("startupProbe") else w.line(d.key, d.index),
+                           str(d.container.get("name")), add)
         if d.native and kube_version is not None and kube_version < (1, 29):
             add(w.line(d.key, d.index, "restartPolicy"), "SD402",
                 f"container {d.container.get('name')} is a native sidecar, which Kubernetes "

@@ -61,7 +61,8 @@ def _injected(template: Doc, plan: Plan, opts: Options) -> Doc:
 
 def deployment_doc(plan: Plan, opts: Options, corefile: str) -> Doc:
     """A full example: app + vpn, injected as `splitdns inject` would (dns first: its startup probe
-    waits only for the zones that do not need the tunnel, so the vpn starts next)."""
+    waits only for the zones the cluster DNS answers, so the vpn starts next; the vpn's holds the
+    app until every zone answers)."""
     vpn = manifests.vpn_container(plan, opts)
     app = {"name": "app", "image": opts.app_image}
     spec: Doc = {"initContainers": [vpn], "containers": [app]} if opts.sidecar == "native" else \
