@@ -321,13 +321,15 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
 
 def _add_vpn(p: argparse.ArgumentParser) -> None:
     p.add_argument("--vpn", choices=("openvpn", "wireguard"),
-                   help="The pod's VPN (default: the one the tunnel zones name, else openvpn). With "
-                        "wireguard, the pod also gets a WireGuard sidecar running wg-quick from the "
-                        "Secret wireguard-client (wg0.conf), with our resolvconf shim on its PATH.")
+                   help="The pod's VPN (default: the one the tunnel zones name, else openvpn); wireguard "
+                        "adds a sidecar running wg-quick from the Secret wireguard-client with our shim.")
     p.add_argument("--vpn-image", default="your-openvpn-client-image",
-                   help="The VPN client image: OpenVPN's in the full example, or the WireGuard sidecar's "
-                        "(wg-quick; wireguard-go without the kernel module; default "
+                   help="The VPN client image: OpenVPN's in the full example, or the WireGuard "
+                        "sidecar's (wg-quick; wireguard-go without the kernel module; default "
                         "your-wireguard-image then).")
+    p.add_argument("--wireguard-src-valid-mark", action="store_true", dest="src_valid_mark",
+                   help="Set net.ipv4.conf.all.src_valid_mark=1 (AllowedIPs = 0.0.0.0/0); a kubelet refuses "
+                        "it unless run with --allowed-unsafe-sysctls=net.ipv4.conf.all.src_valid_mark.")
 
 
 def _add_inject(commands: argparse._SubParsersAction[Parser]) -> None:

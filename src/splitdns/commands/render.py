@@ -44,6 +44,7 @@ class Request:
     vpn_image: str = manifests.DEFAULT_VPN_IMAGE
     management: str = "127.0.0.1:7505"
     vpn: str | None = None            # openvpn or wireguard; None: what the tunnel zones name
+    src_valid_mark: bool = False      # the WireGuard pod's unsafe sysctl, for AllowedIPs 0.0.0.0/0
     output_dir: str | None = None
     webhook_namespace: str = "splitdns-system"
     reads_cluster: bool = True  # False for `splitdns webhook`, which has no --cluster-dns-from-cluster
@@ -71,7 +72,8 @@ def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict
     manifests.cpu_request(req.expected_qps)
     plan = build_plan(req)
     opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, app_image=req.app_image,
-                   vpn_image=vpn_image(req, plan), sidecar=req.sidecar, expected_qps=req.expected_qps)
+                   vpn_image=vpn_image(req, plan), sidecar=req.sidecar, expected_qps=req.expected_qps,
+                   src_valid_mark=req.src_valid_mark)
     return render.render(plan, opts, req.form)
 
 
@@ -88,7 +90,8 @@ def injection_settings(req: Request, excluded: tuple[str, ...] = ()) -> Settings
     plan = build_plan(req)
     return Settings(plan, image=req.image, sidecar=req.sidecar,
                     excluded_namespaces=tuple(dict.fromkeys((*ALWAYS_EXCLUDED, *excluded))),
-                    expected_qps=req.expected_qps, vpn_image=vpn_image(req, plan))
+                    expected_qps=req.expected_qps, vpn_image=vpn_image(req, plan),
+                    src_valid_mark=req.src_valid_mark)
 
 
 def vpn_image(req: Request, plan: Plan) -> str:

@@ -173,6 +173,11 @@ _TABLE = (
          "(cert-manager's Issuer and Certificate); another custom resource is checked by the API "
          "server against its CRD, which check does not have.",
          "nothing to fix here; `kubectl apply --dry-run=server` validates it against the cluster's CRD."),
+    Code("SD404", WARNING, "unsafe sysctl a stock kubelet refuses",
+         "only Kubernetes' safe sysctls are allowed by default; a pod that sets another is rejected by "
+         "the kubelet (SysctlForbidden) and never starts, unless every node's kubelet allows it.",
+         "drop the sysctl (for WireGuard: an AllowedIPs that leaves the cluster out needs no "
+         "src_valid_mark), or run the kubelets with --allowed-unsafe-sysctls=NAME."),
 )
 
 CODES: dict[str, Code] = {c.code: c for c in _TABLE}

@@ -60,6 +60,7 @@ class Settings:
     expected_qps: int = sizing.TYPICAL_QPS  # queries a second per pod: the CPU request
     vpn_image: str = wireguard_pod.DEFAULT_IMAGE  # with a WireGuard plan: its sidecar (wireguard_pod)
     vpn_secret: str = wireguard_pod.SECRET
+    src_valid_mark: bool = False  # the unsafe sysctl for a WireGuard AllowedIPs 0.0.0.0/0
 
     @property
     def wireguard(self) -> bool:
@@ -92,7 +93,8 @@ class Settings:
         data = {"corefile": self.corefile, "image": self.image, "sidecar": self.sidecar,
                 "expected_qps": self.expected_qps,
                 **({"configmap": self.configmap} if self.configmap else {}),
-                **({"vpn_image": self.vpn_image, "vpn_secret": self.vpn_secret} if self.wireguard else {}),
+                **({"vpn_image": self.vpn_image, "vpn_secret": self.vpn_secret,
+                    "src_valid_mark": self.src_valid_mark} if self.wireguard else {}),
                 "ndots": self.plan.ndots, "cluster_domain": self.plan.cluster_domain}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -297,7 +299,7 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
     _sysctl(spec)
     if settings.wireguard:
         wireguard_pod.add(spec, container, settings.image, settings.vpn_image, settings.vpn_secret,
-                          settings.sidecar)
+                          settings.sidecar, settings.src_valid_mark)
     if settings.configmap or mounted_before:  # the Corefile volume follows our container (in or out)
         volumes = [v for v in _list(spec.get("volumes"), "spec.volumes")
                    if not (isinstance(v, dict) and v.get("name") == manifests.COREFILE_VOLUME)]

@@ -59,6 +59,7 @@ class Options:
     sidecar: str = "native"
     configmap: str = "splitdns-corefile"
     expected_qps: int = sizing.TYPICAL_QPS  # what one pod asks: the DNS container's CPU request
+    src_valid_mark: bool = False  # the WireGuard pod's unsafe sysctl (wireguard_pod.SRC_VALID_MARK)
 
 
 def owners(plan: Plan) -> str:

@@ -49,7 +49,7 @@ def inject_settings(plan: Plan, opts: Options) -> inject.Settings:
     image = opts.coredns_image if plan.resolver == "coredns" else opts.image
     return inject.Settings(plan, image=image, sidecar=opts.sidecar, excluded_namespaces=(),
                            configmap=opts.configmap, expected_qps=opts.expected_qps,
-                           vpn_image=opts.vpn_image)
+                           vpn_image=opts.vpn_image, src_valid_mark=opts.src_valid_mark)
 
 
 def _injected(template: Doc, plan: Plan, opts: Options) -> Doc:
@@ -103,7 +103,7 @@ def patch_doc(plan: Plan, opts: Options) -> Doc:
     dns = next(c for c in spec[manifests.containers_key(opts)] if c["name"] == inject.MOUNTED_CONTAINER)
     dns["env"] = [dict(inject.PORT_SYSCTL)]  # the replacement's source: a {name, value} pair, quoted "53"
     for c in spec.get(manifests.containers_key(opts), []):
-        if c["name"] == wireguard_pod.CONTAINER:  # the same for its sysctl (wireguard_pod.replacement)
+        if c["name"] == wireguard_pod.CONTAINER and opts.src_valid_mark:  # the same for its sysctl
             c["env"].append(dict(wireguard_pod.SRC_VALID_MARK))
     return {
         "apiVersion": "apps/v1",
@@ -122,7 +122,7 @@ def deployment(plan: Plan, opts: Options) -> dict[str, str]:
         "reads /etc/openvpn/client/client.conf):",
         f"  kubectl -n {ns} create secret generic openvpn-client --from-file=client.conf=client.ovpn"]]
     if plan.vpn == WIREGUARD:
-        before = wireguard_steps(plan)
+        before = wireguard_steps(plan, opts.src_valid_mark)
     examples = [f"{flag} (now {value})" for flag, value, default in (
         ("--app-image", opts.app_image, manifests.DEFAULT_APP_IMAGE),
         ("--vpn-image", opts.vpn_image, manifests.DEFAULT_VPN_IMAGE),
@@ -133,7 +133,7 @@ def deployment(plan: Plan, opts: Options) -> dict[str, str]:
     return {"splitdns.yaml": yamlio.dump_all(docs, header)}
 
 
-def wireguard_steps(plan: Plan) -> list[str | list[str]]:
+def wireguard_steps(plan: Plan, src_valid_mark: bool = False) -> list[str | list[str]]:
     ns, conf = plan.namespace, f"{wireguard_pod.INTERFACE}.conf"
     return [
         [f"Check the wg-quick config against the cluster first (AllowedIPs must not take the cluster's "
@@ -141,13 +141,22 @@ def wireguard_steps(plan: Plan) -> list[str | list[str]]:
          f"Then the Secret {wireguard_pod.SECRET}, holding it as {conf} (the wireguard container runs "
          f"wg-quick up {wireguard_pod.CONFIG}):",
          f"  kubectl -n {ns} create secret generic {wireguard_pod.SECRET} --from-file={conf}={conf}"],
-        [f"The pod sets the sysctl {wireguard_pod.SRC_VALID_MARK['name']}=1, which wg-quick needs for "
-         "AllowedIPs = 0.0.0.0/0 and which the kubelet allows only when told to "
-         f"(--allowed-unsafe-sysctls={wireguard_pod.SRC_VALID_MARK['name']}); with an AllowedIPs "
-         "that leaves the cluster out (what `splitdns check` suggests) remove it from the pod."],
+        [sysctl_step(src_valid_mark)],
         ["The wireguard image needs wg-quick and, without the kernel module, wireguard-go; the "
          "container runs it as root with NET_ADMIN only, with our resolvconf first on its PATH."],
     ]
+
+
+def sysctl_step(src_valid_mark: bool) -> str:
+    name = wireguard_pod.SRC_VALID_MARK["name"]
+    if src_valid_mark:
+        return (f"The pod sets the sysctl {name}=1 (--wireguard-src-valid-mark), which wg-quick needs for "
+                "AllowedIPs = 0.0.0.0/0. It is not in Kubernetes' safe set: every node's kubelet must run "
+                f"with --allowed-unsafe-sysctls={name}, or the pod is rejected (SysctlForbidden).")
+    return (f"wg0.conf's AllowedIPs must leave the cluster out (what `splitdns check` computes): the pod "
+            f"does not set {name}, which wg-quick needs for AllowedIPs = 0.0.0.0/0 and a stock kubelet "
+            "refuses (SysctlForbidden). For a full tunnel render with --wireguard-src-valid-mark and "
+            f"run the kubelets with --allowed-unsafe-sysctls={name}.")
 
 
 def component(plan: Plan, opts: Options) -> dict[str, str]:
@@ -156,8 +165,9 @@ def component(plan: Plan, opts: Options) -> dict[str, str]:
     doc = manifests.component(plan, opts, corefile, patch_text)
     before: list[str | list[str]] = []
     if plan.vpn == WIREGUARD:
-        doc["replacements"].append(wireguard_pod.replacement(opts.name, manifests.containers_key(opts)))
-        before = wireguard_steps(plan)
+        if opts.src_valid_mark:
+            doc["replacements"].append(wireguard_pod.replacement(opts.name, manifests.containers_key(opts)))
+        before = wireguard_steps(plan, opts.src_valid_mark)
     elif any(r.tunnel for r in plan.routes):
         host, _, port = plan.management.rpartition(":")
         before.append(f"The VPN container of {opts.name} runs OpenVPN with --management {host} {port} "

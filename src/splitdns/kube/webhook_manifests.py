@@ -64,6 +64,8 @@ def settings_args(settings: inject.Settings) -> list[str]:
              "--image", settings.image, "--expected-qps", str(settings.expected_qps)]
     if settings.wireguard:
         args += ["--vpn", "wireguard", "--vpn-image", settings.vpn_image]
+        if settings.src_valid_mark:
+            args.append("--wireguard-src-valid-mark")
     return args
 
 

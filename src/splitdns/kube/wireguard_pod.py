@@ -9,10 +9,12 @@ resolvconf shim on its PATH, and the volume it shares with the resolver.
           (/dev/net/tun, for wireguard-go)
 ```
 
-The wireguard container gets NET_ADMIN and nothing else (interface, addresses, routes, rules);
-the pod gets `net.ipv4.conf.all.src_valid_mark=1`, which wg-quick needs for AllowedIPs
-0.0.0.0/0 (its fwmark routing). The resolver mounts splitdns-run read-only and reads it
-through `wireguard { resolvconf /run/splitdns }`. Pure data, as `manifests`.
+The wireguard container gets NET_ADMIN and nothing else (interface, addresses, routes, rules).
+Only when asked does the pod get `net.ipv4.conf.all.src_valid_mark=1`, which wg-quick needs for
+AllowedIPs 0.0.0.0/0 (its fwmark routing): it is an unsafe sysctl, which a stock kubelet
+refuses, so by default the pod starts anywhere with an AllowedIPs that leaves the cluster out.
+The resolver mounts splitdns-run read-only and reads it through `wireguard { resolvconf
+/run/splitdns }`. Pure data, as `manifests`.
 """
 
 from __future__ import annotations
@@ -150,8 +152,10 @@ def prepare(spec: Doc, injected_before: bool, wanted: bool) -> str | None:
     return conflict(spec) if wanted else None
 
 
-def add(spec: Doc, resolver: Doc, image: str, vpn_image: str, secret: str, sidecar: str) -> None:
-    """After the resolver (already in place): the shim, the wireguard container, volumes, sysctl."""
+def add(spec: Doc, resolver: Doc, image: str, vpn_image: str, secret: str, sidecar: str,
+        src_valid_mark: bool = False) -> None:
+    """After the resolver (already in place): the shim, the wireguard container, volumes, and the
+    unsafe sysctl only when asked (`src_valid_mark`: a stock kubelet refuses the pod with it)."""
     mount = {"name": RUN_VOLUME, "mountPath": RUN_DIR, "readOnly": True}
     resolver.setdefault("volumeMounts", []).append(mount)
     shim = shim_container(image, resolver.get("securityContext", {}))
@@ -166,8 +170,9 @@ def add(spec: Doc, resolver: Doc, image: str, vpn_image: str, secret: str, sidec
         at = next((i + 1 for i, c in enumerate(containers) if c is resolver), 0)
         containers.insert(at, wireguard)
     spec["volumes"] = [*(spec.get("volumes") or []), *volumes(secret)]
-    sc = spec.setdefault("securityContext", {})
-    sc["sysctls"] = [*(sc.get("sysctls") or []), dict(SRC_VALID_MARK)]
+    if src_valid_mark:
+        sc = spec.setdefault("securityContext", {})
+        sc["sysctls"] = [*(sc.get("sysctls") or []), dict(SRC_VALID_MARK)]
 
 
 def replacement(deployment: str, key: str) -> Doc:
