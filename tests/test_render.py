@@ -156,7 +156,9 @@ def rendered_corefile(case: str) -> str:
 RENDERED_BLOCKS = {
     "cluster-wide": ["svc.acme.internal.:53"],  # for the cluster's CoreDNS, beside its own .:53
     **{case: ["svc.acme.internal.:53", "cluster.local.:53", ".:53"]
-       for case in ("component", "deployment", "deployment-classic", "deployment-coredns")},
+       for case in ("component", "deployment", "deployment-coredns")},
+    # The scenario's Corefile carried as it is (its blocks in its order), the cluster zone after it.
+    "deployment-classic": [".:53", "svc.acme.internal.:53", "cluster.local.:53"],
 }
 
 

@@ -78,14 +78,17 @@ class Settings:
         return {53: "port 53", health: "the resolver's health port", ready: "its ready port",
                 metrics: "its metrics port"}
 
-    @cached_property
+    @property
     def corefile(self) -> str:
+        return self.corefile_changes[0]
+
+    @cached_property
+    def corefile_changes(self) -> tuple[str, tuple[str, ...]]:
+        """The Corefile and what changed in a carried one; in an env var: no file, so no reload."""
         if self.configmap:
-            return corefiles.in_pod(self.plan)
-        text = corefiles.in_pod(self.plan, health=f":{HEALTH_PORT}", ready=f":{READY_PORT}",
-                                by="splitdns inject", metrics=f":{METRICS_PORT}")
-        # No file to watch: a new Corefile reaches the pod only with a new pod.
-        return text.replace(f"{corefiles.INDENT}reload\n", "")
+            return corefiles.in_pod_changes(self.plan)
+        return corefiles.in_pod_changes(self.plan, health=f":{HEALTH_PORT}", ready=f":{READY_PORT}",
+                                        by="splitdns inject", metrics=f":{METRICS_PORT}", reload=False)
 
     @cached_property
     def digest(self) -> str:

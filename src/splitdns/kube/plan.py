@@ -46,6 +46,15 @@ class Route:
 
 
 @dataclass(frozen=True)
+class CorefileSource:
+    """A Corefile given to carry into the pod (kube.corefile_carry): `text` has the lines above it
+    in its file (a ConfigMap's) as blank lines, so its line numbers are the file's."""
+
+    text: str
+    path: str
+
+
+@dataclass(frozen=True)
 class ClusterDNS:
     address: str
     source: str
@@ -60,6 +69,7 @@ class Plan:
     ndots: int = 5
     management: str = DEFAULT_MANAGEMENT
     vpn: str = OPENVPN              # the VPN sidecar: OpenVPN (the user's), or WireGuard (ours)
+    corefile: CorefileSource | None = None  # carried into the pod, its zones' routes above
 
     @property
     def owner(self) -> str:
@@ -144,10 +154,12 @@ def routes_from_corefile(model: corefile_model.Model) -> list[Route]:
         else:
             fwd = next((f for f in block.forwards if f.spec.origin == "." or f.spec.origin in block.zones),
                        None)
+            if fwd is None and not block.forwards and not block.is_root:
+                continue  # answered in the pod (hosts, template...): carried as it is, no upstream
             if fwd is None or fwd.spec.files:
                 raise PlanError(f"{block.where}: block {block.name} has no `forward` to an address "
                                 "(a resolv.conf target is refused: under dnsPolicy None it is ourselves); "
-                                "give the zone with --zone ZONE=ADDRESS")
+                                "forward it to an address there (the cluster DNS's, for the catch-all)")
             ups = tuple(upstream(str(u), block.zones[0]) for u in fwd.spec.upstreams)
             source = f"from {fwd.statement.where}"
         out.extend(Route(zone, ups, source, vpn=vpn) for zone in block.zones)
@@ -158,12 +170,15 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
           probes: Sequence[str] = (), *, resolver: str = "splitdns", namespace: str = "default",
           cluster_domain: str = "cluster.local", ndots: int = 5,
           management: str = DEFAULT_MANAGEMENT, cluster_wide: bool = False,
-          reads_cluster: bool = True, vpn: str | None = None) -> Plan:
+          reads_cluster: bool = True, vpn: str | None = None,
+          corefile: CorefileSource | None = None) -> Plan:
     """Merge the inputs: flags override a Corefile; the cluster DNS fills the cluster zone and `.`.
     `cluster_wide`: the private zones only, for the cluster's own CoreDNS (no cluster DNS needed).
     `reads_cluster`: whether the command has --cluster-dns-from-cluster, to suggest it."""
     domain = zone_name(cluster_domain)
     by_zone: dict[str, Route] = {r.zone: r for r in corefile_routes}
+    if corefile is not None and not cluster_wide:
+        _one_source_per_zone(by_zone, zone_flags, probes, corefile.path)
     for flag in zone_flags:
         route = parse_zone_flag(flag)
         if cluster_wide:
@@ -173,7 +188,7 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
         private = [r for r in by_zone.values() if r.zone not in (".", domain)]
         return _checked(Plan(routes=tuple(sorted(private, key=lambda r: r.zone)), resolver="coredns",
                              namespace=namespace, cluster_domain=domain.rstrip("."), ndots=ndots,
-                             management=management))
+                             management=management, corefile=corefile))
     if cluster is not None:
         for zone in (domain, "."):
             by_zone.setdefault(zone, Route(zone, (cluster.address,), cluster.source))
@@ -196,7 +211,23 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
                 raise PlanError(f"zone {r.zone}: CoreDNS cannot learn the tunnel's DNS at run time; "
                                 "give its address (--zone ZONE=IP) or use --resolver splitdns")
     return _checked(Plan(routes=routes, resolver=resolver, namespace=namespace,
-                         cluster_domain=domain.rstrip("."), ndots=ndots, management=management, vpn=vpn))
+                         cluster_domain=domain.rstrip("."), ndots=ndots, management=management, vpn=vpn,
+                         corefile=corefile))
+
+
+def _one_source_per_zone(carried: dict[str, Route], zone_flags: Sequence[str], probes: Sequence[str],
+                         path: str) -> None:
+    """A Corefile is carried into the pod as it is: a flag cannot change a zone it answers."""
+    for flag in zone_flags:
+        zone = parse_zone_flag(flag).zone
+        if zone in carried:
+            raise PlanError(f"--zone {flag}: zone {zone} is in {path} already ({carried[zone].source}), "
+                            "which is carried into the pod as it is; change it there or leave the flag out")
+    for text in probes:
+        zone, name = _probe_flag(text)
+        if zone in carried:
+            raise PlanError(f"--probe {text}: zone {zone} is in {path}, which is carried into the pod as it "
+                            f"is; add `ready {{ probe {name} }}` to its block there")
 
 
 def _vpn(routes: tuple[Route, ...], given: str | None) -> str:
