@@ -127,16 +127,15 @@ def corefile_of(container: Doc, volumes: list[Doc], maps: dict[str, str]) -> str
 
 def behind_the_vpn(text: str) -> dict[str, bool]:
     """Zone -> whether only the VPN can bring it up: learned from a tunnel, or forwarded to an
-    address other than the cluster DNS."""
-    out = {}
+    address other than the cluster DNS or the catch-all's (which is never the tunnel's: SD104)."""
+    blocks = []
     for block in corefile.parse(text, "Corefile"):
         names = [st.name for st in block.directives]
-        targets = [a for st in block.directives if st.name == "forward" for a in st.args[1:]]
-        vpn = "openvpn" in names or "wireguard" in names or any(t != CLUSTER for t in targets)
-        for key in block.keys:
-            zone = key.text.removeprefix("dns://").rsplit(":", 1)[0].rstrip(".") or "."
-            out[zone] = vpn
-    return out
+        targets = {a for st in block.directives if st.name == "forward" for a in st.args[1:]}
+        zones = [k.text.removeprefix("dns://").rsplit(":", 1)[0].rstrip(".") or "." for k in block.keys]
+        blocks.append((zones, "openvpn" in names or "wireguard" in names, targets))
+    outside = {CLUSTER} | {t for zones, _, targets in blocks if "." in zones for t in targets}
+    return {z: tunnel or not targets <= outside for zones, tunnel, targets in blocks for z in zones}
 
 
 def is_vpn(c: Doc) -> bool:

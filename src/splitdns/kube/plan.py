@@ -76,12 +76,13 @@ class Plan:
         return f"in-pod {self.resolver}"
 
     def answerable_at_start(self) -> tuple[Route, ...]:
-        """The zones forwarded only to the cluster DNS (where the cluster domain goes): the one
-        upstream known to be reachable before any VPN container has started. Every other zone,
+        """The zones forwarded only where the cluster domain or the catch-all go (the cluster DNS,
+        the node's resolver: never into the tunnel, which `check` refuses for `.`, SD104): the
+        upstreams known to be reachable before any VPN container has started. Every other zone,
         learned from the tunnel or at a fixed private address, is taken to be behind the VPN."""
         domain = self.cluster_domain.rstrip(".") + "."
-        cluster = next((set(r.upstreams) for r in self.routes if r.zone == domain), set())
-        return tuple(r for r in self.routes if r.upstreams and set(r.upstreams) <= cluster)
+        outside = {u for r in self.routes if r.zone in (domain, ".") for u in r.upstreams}
+        return tuple(r for r in self.routes if r.upstreams and set(r.upstreams) <= outside)
 
     def searches(self) -> list[str]:
         """The search list ClusterFirst would have given; under None the kubelet adds none."""

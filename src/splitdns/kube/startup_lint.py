@@ -54,7 +54,8 @@ def behind_the_vpn(zone: str, block: Block, models: list[Model]) -> str | None:
         return f"its upstreams are learned from the tunnel (`{statement.name}`)"
     if zone in (".", CLUSTER_DOMAIN) or zone.endswith("." + CLUSTER_DOMAIN):
         return None
-    cluster = {str(u) for m in models for b in m.blocks if CLUSTER_DOMAIN in b.zones
+    # Where the cluster domain and the catch-all go is reachable outside the tunnel (SD104).
+    cluster = {str(u) for m in models for b in m.blocks if {CLUSTER_DOMAIN, "."} & set(b.zones)
                for f in b.forwards for u in f.spec.upstreams}
     targets = [str(u) for f in block.forwards for u in f.spec.upstreams]
     outside = [t for t in targets if t not in cluster]
