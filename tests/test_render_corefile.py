@@ -152,3 +152,26 @@ def test_a_line_the_pod_needs_changed_is_left_whole_with_its_body(tmp_path: Path
     carried = next(yaml.safe_load_all(out))["data"]["Corefile"]
     assert "\tready :8181 {\n\t\tprobe example.org\n\t}\n" in carried
     assert err.count("changed for the pod") == 1
+
+
+def test_a_single_block_without_braces_gets_them_when_blocks_follow(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "Corefile"
+    path.write_text(".:53\nforward . 10.96.0.10\nhealth\n")
+    code, out, err = run(capsys, "render", "--corefile", str(path), "--cluster-dns", CLUSTER)
+    assert code == 0, err
+    carried = next(yaml.safe_load_all(out))["data"]["Corefile"]
+    loaded = config.loads(carried, "Corefile", read_files=False)
+    assert [b.name for b in loaded.blocks] == [".:53", "cluster.local.:53"]
+    assert f"{path}:1: braces put around the block .:53" in err
+
+
+def test_the_coredns_image_gets_bind_in_every_carried_block(
+        team: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, err = run(capsys, "render", "--corefile", str(team), "--cluster-dns", CLUSTER,
+                         "--resolver", "coredns")
+    assert code == 0, err
+    carried = next(yaml.safe_load_all(out))["data"]["Corefile"]
+    blocks = corefile.parse(carried, "Corefile", {})
+    assert all(any(st.name == "bind" and st.args == ("127.0.0.1",) for st in b.directives) for b in blocks)
+    assert f"{team}:2: `bind 127.0.0.1` added" in err and f"{team}:13: `bind 127.0.0.1` added" in err

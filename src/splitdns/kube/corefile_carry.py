@@ -104,7 +104,7 @@ def _carry(source: Source, wanted: Wanted, extra_blocks: list[str]) -> Carried:
     blocks_read = corefile.parse(source.text, source.path, env)
     if wanted.splitdns and not env.unset:  # else the pod's environment decides (check says so)
         config.build(blocks_read, source.path, config.DEFAULT_PORT, read_files=False)
-    lines = source.text.split("\n")
+    lines = source.text.rstrip("\n").split("\n")
     by_line = _tokens_by_line(source)
     blocks = _blocks(source, _model(source))
     changes: list[str] = []
@@ -143,6 +143,12 @@ def _carry(source: Source, wanted: Wanted, extra_blocks: list[str]) -> Carried:
             added.setdefault(_end(block, lines), []).append(f"{block.indent}bind {wanted.bind}")
             changes.append(f"{source.path}:{block.keys_line}: `bind {wanted.bind}` added (CoreDNS "
                            "listens on every address, the private zone too, unless told)")
+    first = blocks[0]
+    if first.end_line is None and extra_blocks:  # a file of one block may omit braces; two may not
+        edits[first.keys_line] = lines[first.keys_line - 1].rstrip() + " {"
+        added.setdefault(len(lines) + 1, []).append("}")
+        changes.append(f"{source.path}:{first.keys_line}: braces put around the block "
+                       f"{first.parsed.name} (blocks for the zones it lacks follow it)")
     out: list[str] = []
     for n, text in enumerate([*lines, ""], 1):  # one line past the end: a block without braces
         out += added.get(n, [])
