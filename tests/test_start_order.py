@@ -208,3 +208,17 @@ def test_check_flags_a_resolver_that_waits_for_a_zone_behind_a_later_vpn(tmp_pat
     found = [f for f in lint.check([str(path)], lint.Options()) if f.code == "SD209"]
     assert [f.text(False) for f in found] and "svc.acme.internal" in found[0].message
     assert "vpn" in found[0].message, found[0].message
+
+
+def test_check_reads_the_corefile_inject_puts_in_the_env_too(tmp_path: Path) -> None:
+    spec = injected(USER_POD, *ZONES["fixed-address"], "--cluster-dns", CLUSTER)
+    path = tmp_path / "pod.yaml"
+
+    def codes() -> list[str]:
+        path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "shop"},
+                                        "spec": spec}))
+        return [f.code for f in lint.check([str(path)], lint.Options())]
+
+    assert "SD209" not in codes()
+    spec["initContainers"][0]["startupProbe"]["httpGet"]["path"] = "/ready"
+    assert "SD209" in codes()

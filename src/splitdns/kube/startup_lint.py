@@ -14,7 +14,9 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from splitdns.kube import corefile_model
 from splitdns.kube.corefile_model import Block, Model
+from splitdns.kube.inject import COREFILE_ENV
 
 Add = Callable[[int, str, str], None]
 CLUSTER_DOMAIN = "cluster.local."
@@ -69,11 +71,14 @@ def check(spec: dict[str, Any], key: str, index: int, models: list[Model],
     c = spec[key][index]
     get = (c.get("startupProbe") or {}).get("httpGet") or {}
     later = vpn_containers_after(spec, key, index)
-    if not later or not models or key != "initContainers" or c.get("restartPolicy") != "Always":
+    if not later or key != "initContainers" or c.get("restartPolicy") != "Always":
         return
     if "coredns" in str(c.get("image", "")):
         return  # CoreDNS's /ready is its plugins' readiness: it never waits for an upstream
+    models = models or _injected_corefile(c, name)
     path = str(get.get("path", ""))
+    if not models:
+        return
     for zone, block in waited_zones(path, models):
         why = behind_the_vpn(zone, block, models)
         if why is not None:
@@ -82,3 +87,12 @@ def check(spec: dict[str, Any], key: str, index: int, models: list[Model],
                 f"startupProbe of {name} (GET {path}) waits for zone {zone.rstrip('.') or '.'}, and {why}; "
                 f"container {vpn} starts only once {name} has passed it, so it never does")
             return
+
+
+def _injected_corefile(c: dict[str, Any], name: str) -> list[Model]:
+    """The Corefile `splitdns inject` puts in the container's environment, when it is there."""
+    for env in c.get("env") or []:
+        if isinstance(env, dict) and env.get("name") == COREFILE_ENV and isinstance(env.get("value"), str):
+            model = corefile_model.read(env["value"], f"{name}'s {COREFILE_ENV}")
+            return [model] if model.error is None else []
+    return []
