@@ -67,7 +67,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 E2E_MODULES = frozenset({
     # `splitdns serve` as a process, real dig
     "test_serve", "test_runtime", "test_operations", "test_tunnel_serve", "test_plugins_serve",
-    "test_corefile_compat_serve", "test_demo",
+    "test_corefile_compat_serve", "test_demo", "test_start_order_serve",
     # the quick hostile catalogue
     "test_hostile_spoofing", "test_hostile_upstream", "test_hostile_clients", "test_hostile_cache_load",
     # namespace labs with OpenVPN, the image, real peers

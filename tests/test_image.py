@@ -208,12 +208,13 @@ def pod(built: Built, tmp_path_factory: pytest.TempPathFactory) -> Iterator[imag
     require_lab()
     tmp = tmp_path_factory.mktemp("image-pod")
     docs = rendered(tmp)
-    # The rendered Corefile with one change for the lab: a reload interval a test can wait for
-    # (rendered: the default, 30 s). The catch-all's readiness stays as rendered: the lab's cluster
-    # DNS (dnsmasq without upstreams) refuses `. NS`, which still proves it answers.
+    # The rendered Corefile with one change for the lab: a reload a test can wait for (render
+    # carries the lab's Corefile as it is, which has none). The catch-all's readiness stays as
+    # rendered: the lab's cluster DNS (dnsmasq without upstreams) refuses `. NS`, which still
+    # proves it answers.
     corefile = image_pod.configmap_corefile(docs)
-    assert re.search(r"^    reload$", corefile, re.M), corefile
-    corefile = re.sub(r"^    reload$", "    reload 2s 1s", corefile, flags=re.M)
+    assert not re.search(r"^\s*reload", corefile, re.M) and "\n.:53 {\n" in corefile, corefile
+    corefile = corefile.replace("\n.:53 {\n", "\n.:53 {\n    reload 2s 1s\n", 1)
     # The lab's VPN client runs with the rendered vpn container's flags (management-up-down, ...).
     spec = PodSpec(corefile=corefile, vpn_extra=image_pod.vpn_client_lines(docs))
     lab = image_pod.ImageLab(spec, built.engine, docs,

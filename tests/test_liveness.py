@@ -99,3 +99,14 @@ def test_a_tunnel_that_pushes_this_very_server_is_a_loop_said_at_once() -> None:
     change = liveness.follow_tunnel(corp, state, {("127.0.0.1", 53)})
     assert change.loop_error is not None and "127.0.0.1:53" in change.loop_error
     assert not change.probe_loops and corp.loop.error is not None
+
+
+def test_a_zone_answered_in_the_pod_alone_is_ready_as_it_starts() -> None:
+    """`hosts` or `template` alone, no upstream: nothing to wait for (probing it waited forever,
+    so a carried Corefile with such a block never passed /ready)."""
+    _, zones = _zones(TUNNEL + "legacy.example {\n hosts {\n  192.0.2.7 app.legacy.example\n }\n}\n")
+    root, tunnel, legacy = zones
+    assert [liveness.ready_alone(z) for z in zones] == [False, False, True]
+    assert legacy.ready and not root.ready and not tunnel.ready
+    assert liveness.live(legacy) == (True, "ok")
+    assert liveness.problems([legacy], {"legacy.example."}, False) == []

@@ -6,9 +6,11 @@ fails and dies are played. Then every query of every dashboard panel, and every 
 expression, is evaluated through Prometheus's HTTP API over the run: each must return data,
 with no error. The rules are loaded into that Prometheus too, and must evaluate cleanly.
 
-One alert cannot be played in a test's minute: SplitdnsWebhookSlow (a p99 review time over 1 s
-for 10 minutes); its signal (the p99 itself) must return data, and its whole expression must
-evaluate without error.
+Two alerts cannot be played here: SplitdnsWebhookSlow (a p99 review time over 1 s for 10
+minutes), whose signal (the p99 itself) must return data, and SplitdnsResolversAbsent (no
+resolver scraped at all), whose watched series (the resolver's `up`) must; the whole expression
+of each must evaluate without error. At the end the resolver itself stops, for
+SplitdnsResolverDown.
 """
 
 from __future__ import annotations
@@ -36,7 +38,9 @@ DROP = [{"suffix": ".", "action": "drop"}]
 # The dashboard's template variables as an "All" selection makes them, and a rate window the
 # 1-second scrapes fill.
 VARIABLES = {"$__rate_interval": "10s", "$job": ".*", "$namespace": ".*", "$pod": ".*", "$zone": ".*"}
-UNPLAYABLE = {"SplitdnsWebhookSlow"}
+# alert -> what must return data instead (None: its signal).
+UNPLAYABLE = {"SplitdnsWebhookSlow": None,
+              "SplitdnsResolversAbsent": f'up{{job="{monitoring.RESOLVER_JOB}"}}'}
 
 def corefile(cluster: str, state: Path, mport: int, rport: int) -> str:
     return f""". {{
@@ -86,7 +90,7 @@ def test_every_panel_and_alert_returns_data_from_a_real_prometheus(tmp_path: Pat
             scripted_upstream(tmp_path, ANSWER, "127.0.0.22") as vpn, \
             splitdns_serve(tmp_path, corefile(cluster.target, state, mport, rport)) as r, \
             webhook.running() as hook, \
-            prometheus.running({"splitdns": f"127.0.0.1:{mport}",
+            prometheus.running({monitoring.RESOLVER_JOB: f"127.0.0.1:{mport}",
                                 monitoring.WEBHOOK_JOB: f"127.0.0.1:{hook.probe_port}"},
                                monitoring.prometheus_rule("monitoring")["spec"]) as prom:
         start = time.time()
@@ -142,9 +146,14 @@ def test_every_panel_and_alert_returns_data_from_a_real_prometheus(tmp_path: Pat
         hook.process.wait(10)
         poll_until("the webhook's target down", 10, lambda: True if prom.targets_up() == 1 else None)
         time.sleep(2)
+        series = prom.api("query", query='count({job="splitdns"})', time=f"{time.time():.3f}")["result"]
+        # The resolver stops: its target stays, unanswered.
+        r.process.terminate()
+        r.process.wait(10)
+        poll_until("the resolver's target down", 10, lambda: True if prom.targets_up() == 0 else None)
+        time.sleep(2)
         end = time.time()
 
-        series = prom.api("query", query='count({job="splitdns"})', time=f"{end:.3f}")["result"]
         print(f"series one splitdns serves here (2 zones, 2 upstreams, 1 tunnel): {series[0]['value'][1]}")
         empty = [(title, expr) for title, expr in dashboard.queries()
                  if not prom.query_range(expanded(expr), start, end)]
@@ -153,7 +162,7 @@ def test_every_panel_and_alert_returns_data_from_a_real_prometheus(tmp_path: Pat
         for alert in monitoring.ALERTS:
             fired[alert.name] = prom.query_range(alert.expr, start, end)  # evaluates, or raises
             if alert.name in UNPLAYABLE:
-                assert prom.query_range(alert.signal, start, end), alert.name
+                assert prom.query_range(UNPLAYABLE[alert.name] or alert.signal, start, end), alert.name
         silent = [name for name, result in fired.items() if not result and name not in UNPLAYABLE]
         assert not silent, f"alert expressions that never held during the run: {silent}"
         labels = _labels(fired)
@@ -161,6 +170,7 @@ def test_every_panel_and_alert_returns_data_from_a_real_prometheus(tmp_path: Pat
         assert ("zone", ".") in labels["SplitdnsAllUpstreamsDown"]
         assert ("zone", ".") in labels["SplitdnsServfailRatioHigh"]
         assert ("zone", "svc.acme.internal.") in labels["SplitdnsLoopDetected"]
+        assert ("job", monitoring.RESOLVER_JOB) in labels["SplitdnsResolverDown"]
         rules = [rule for group in prom.api("rules")["groups"] for rule in group["rules"]]
         assert sorted(rule["name"] for rule in rules) == sorted(a.name for a in monitoring.ALERTS)
         assert all(rule["health"] == "ok" for rule in rules), [(r["name"], r.get("lastError")) for r in rules]

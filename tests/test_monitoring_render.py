@@ -72,13 +72,69 @@ def test_the_dashboard_configmap_is_valid_and_labelled_for_grafanas_sidecar(
     board = json.loads(cm["data"]["splitdns.json"])
     variables = {v["name"] for v in board["templating"]["list"]} | {"__rate_interval"}
     timeseries = [p for p in board["panels"] if p["type"] == "timeseries"]
-    assert [p["title"] for p in board["panels"] if p["type"] == "row"] == ["Fleet", "One pod: $pod"]
+    rows = [p["title"] for p in board["panels"] if p["type"] == "row"]
+    assert rows == ["Fleet", "One pod: $pod", "Webhook"]
     assert len(timeseries) == len(dashboard.PANELS)
     for panel in timeseries:
         assert panel["targets"], panel["title"]
         for target in panel["targets"]:
             used = set(re.findall(r"\$(\w+)", target["expr"]))
             assert used <= variables, (panel["title"], used - variables)
+
+
+# What a query measures, read from the expression the way a reader would (the panel's unit must
+# be the same kind): a histogram quantile or a time difference is seconds, a quotient a ratio,
+# bytes and CPU seconds a second are their own, a rate of a counter is a count a second, and the
+# rest (gauges: 0/1 states, entries, counts of pods) a plain number.
+UNIT_KINDS = {"s": "seconds", "percentunit": "ratio", "bytes": "bytes", "reqps": "per second",
+              "ops": "per second", "short": "number"}
+
+
+def measured(expr: str) -> str:
+    if "process_cpu_seconds_total" in expr:
+        return "ratio"  # CPU seconds a second: the share of one core
+    if expr.startswith("histogram_quantile(") or expr.startswith("time() -"):
+        return "seconds"
+    if re.search(r"\) / ", expr):
+        return "ratio"
+    if "_bytes" in expr:
+        return "bytes"
+    if "rate(" in expr:
+        return "per second"
+    return "number"
+
+
+def test_every_panel_has_one_unit_and_a_description() -> None:
+    """One unit per axis: a panel that drew bytes, CPU and file descriptors on one axis (or 0/1
+    states beside seconds) read as nonsense on half its lines."""
+    mixed, bare = [], []
+    for panel in dashboard.PANELS:
+        kinds = {measured(expr) for expr, _ in panel.queries}
+        if kinds != {UNIT_KINDS[panel.unit]}:
+            mixed.append((panel.title, panel.unit, sorted(kinds)))
+        if len(panel.description) < 20:
+            bare.append(panel.title)
+    assert not mixed, f"panels whose queries are not all in the panel's unit: {mixed}"
+    assert not bare, f"panels without a description: {bare}"
+    board = dashboard.dashboard()
+    assert all(p["description"] for p in board["panels"] if p["type"] == "timeseries")
+
+
+def test_the_webhook_has_its_panels() -> None:
+    """Reviews by outcome, their latency and the replicas up: what the webhook alerts are about."""
+    hook = [p for p in dashboard.PANELS if p.row == "Webhook"]
+    exprs = " ".join(expr for p in hook for expr, _ in p.queries)
+    for series in ("splitdns_webhook_reviews_total", "splitdns_webhook_review_duration_seconds_bucket",
+                   f'up{{job="{monitoring.WEBHOOK_JOB}"}}'):
+        assert series in exprs, series
+
+
+def test_the_pod_monitor_names_the_job_the_alerts_watch() -> None:
+    (endpoint,) = monitoring.pod_monitor("monitoring")["spec"]["podMetricsEndpoints"]
+    assert {"action": "replace", "targetLabel": "job", "replacement": monitoring.RESOLVER_JOB} \
+        in endpoint["relabelings"]
+    down = next(a for a in monitoring.ALERTS if a.name == "SplitdnsResolverDown")
+    assert f'job="{monitoring.RESOLVER_JOB}"' in down.signal
 
 
 def test_the_pod_monitor_scrapes_a_port_the_injected_resolver_declares_and_serves() -> None:

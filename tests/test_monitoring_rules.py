@@ -20,6 +20,7 @@ from tests.support.prerequisites import need_tools
 RUNBOOK = "https://github.com/splitdns/splitdns/blob/main/docs/monitoring.md#"
 POD = {"namespace": "shop", "pod": "app-7d9f"}
 HOOK = {"job": "splitdns-webhook", "namespace": "splitdns-system", "pod": "splitdns-webhook-1"}
+RESOLVER = {"job": "splitdns", **POD}
 TUNNEL = {**POD, "zone": "svc.acme.internal.", "kind": "openvpn"}
 SERVER = {**POD, "server": "dns://:53", "view": ""}
 TZONE = {**POD, "zone": "svc.acme.internal."}
@@ -81,8 +82,23 @@ CASES: dict[str, tuple[list[dict[str, str]], list[tuple[int, list[dict[str, Any]
           "0x5 30+30x19 600x15"),
     ], [(12, []), (20, [fired("SplitdnsServfailRatioHigh", {**SERVER, "zone": "."},
                               "33.33% of the answers of zone . in pod shop/app-7d9f have been SERVFAIL "
-                              "for 10 minutes.")]),
+                              "for 10 minutes (at 0.1 answers a second or more).")]),
         (40, [])]),
+    "SplitdnsResolverDown": ([s("up", RESOLVER, "1x4 0x9 1x5")], [
+        (8, []), (12, [fired("SplitdnsResolverDown", RESOLVER,
+                             "The resolver of pod shop/app-7d9f has not answered its scrape for 5 minutes: "
+                             "its container is down or restarting (`kubectl describe pod` says why), or its "
+                             "metrics port does not answer; while the resolver is down, nothing in the pod "
+                             "resolves a name.")]),
+        (16, [])]),
+    # Scraped, then no target at all for 20 minutes (the PodMonitor lost its pods), then back.
+    "SplitdnsResolversAbsent": ([s("up", RESOLVER, "1x4 stale _x19 1x5")], [
+        (12, []), (22, [fired("SplitdnsResolversAbsent", {"job": "splitdns"},
+                              "Prometheus has scraped no in-pod resolver for 15 minutes: the PodMonitor "
+                              "selects no pod (none carries splitdns.dev/inject: \"true\", or none runs), or "
+                              "Prometheus does not pick the PodMonitor up (its podMonitorSelector). "
+                              "Silence it where no pod asks for the resolver.")]),
+        (28, [])]),
     "SplitdnsLoopDetected": ([s("splitdns_loop_detected_total", {**POD, "zone": "."}, "0x5 1x20")],
                              [(8, [fired("SplitdnsLoopDetected", {**POD, "zone": "."},
                                          "Zone . in pod shop/app-7d9f forwards back to itself: it answers "
@@ -168,6 +184,28 @@ def test_promtool_checks_the_rules(tmp_path: Path) -> None:
 def test_the_alert_fires_and_resolves(tmp_path: Path, name: str) -> None:
     series, evals = CASES[name]
     assert any(expected for _, expected in evals) and any(not expected for _, expected in evals)
+    promtool_test(tmp_path, name, series, evals)
+
+
+def test_a_quiet_zone_does_not_page_for_its_servfail_ratio(tmp_path: Path) -> None:
+    """One SERVFAIL of two answers a minute is 50 %, but 2 answers a minute is below the 0.1 a
+    second the ratio needs; the same ratio at 6 answers a second fires."""
+    labels = {**SERVER, "zone": "svc.acme.internal."}
+    quiet = [s("coredns_dns_responses_total", {**labels, "rcode": "NOERROR", "plugin": "forward"}, "0+1x30"),
+             s("coredns_dns_responses_total", {**labels, "rcode": "SERVFAIL", "plugin": "forward"}, "0+1x30")]
+    promtool_test(tmp_path, "SplitdnsServfailRatioHigh", quiet, [(20, []), (30, [])])
+    busy = [s("coredns_dns_responses_total", {**labels, "rcode": "NOERROR", "plugin": "forward"},
+              "0+180x30"),
+            s("coredns_dns_responses_total", {**labels, "rcode": "SERVFAIL", "plugin": "forward"},
+              "0+180x30")]
+    promtool_test(tmp_path, "SplitdnsServfailRatioHigh", busy, [(20, [fired(
+        "SplitdnsServfailRatioHigh", {**SERVER, "zone": "svc.acme.internal."},
+        "50% of the answers of zone svc.acme.internal. in pod shop/app-7d9f have been SERVFAIL for 10 "
+        "minutes (at 0.1 answers a second or more).")])])
+
+
+def promtool_test(tmp_path: Path, name: str, series: list[dict[str, str]],
+                  evals: list[tuple[int, list[dict[str, Any]]]]) -> None:
     (tmp_path / "rules.yaml").write_text(yaml.safe_dump(monitoring.prometheus_rule("monitoring")["spec"]))
     tests = {"rule_files": ["rules.yaml"], "evaluation_interval": "1m",
              "tests": [{"interval": "1m", "input_series": series,

@@ -156,7 +156,9 @@ def rendered_corefile(case: str) -> str:
 RENDERED_BLOCKS = {
     "cluster-wide": ["svc.acme.internal.:53"],  # for the cluster's CoreDNS, beside its own .:53
     **{case: ["svc.acme.internal.:53", "cluster.local.:53", ".:53"]
-       for case in ("component", "deployment", "deployment-classic", "deployment-coredns")},
+       for case in ("component", "deployment", "deployment-coredns")},
+    # The scenario's Corefile carried as it is (its blocks in its order), the cluster zone after it.
+    "deployment-classic": [".:53", "svc.acme.internal.:53", "cluster.local.:53"],
 }
 
 
@@ -402,6 +404,20 @@ def test_the_vpn_container_runs_as_the_readme_recommends() -> None:
     for flag in ("--management-up-down", "--management-hold"):
         assert flag in vpn["args"] and f"`{flag}`" in readme
     assert vpn["args"][vpn["args"].index("--management") + 1:][:2] == ["127.0.0.1", "7505"]
+
+
+def test_the_openvpn_container_is_held_to_what_the_wireguard_one_is() -> None:
+    """Resources, a startup probe and every capability dropped but NET_ADMIN, as the WireGuard sidecar."""
+    from splitdns.kube import wireguard_pod
+
+    doc = list(yaml.safe_load_all(rendered("deployment")["splitdns.yaml"]))[1]
+    vpn = next(c for c in doc["spec"]["template"]["spec"]["initContainers"] if c["name"] == "vpn")
+    wireguard = wireguard_pod.wireguard_container("your-wireguard-image", "native")
+    for key in ("resources", "securityContext"):
+        assert vpn[key] == wireguard[key], key
+    assert vpn["startupProbe"]["httpGet"] == {"path": "/ready", "port": 8181}
+    assert {k: v for k, v in vpn["startupProbe"].items() if k != "httpGet"} == {
+        k: v for k, v in wireguard["startupProbe"].items() if k != "exec"}
 
 
 def test_one_corefile_path_for_readme_render_and_the_image() -> None:

@@ -101,6 +101,11 @@ def test_a_rendered_pod_labelled_for_injection_is_turned_into_the_webhooks_env_v
     assert env["name"] == inject.COREFILE_ENV and "svc.acme.internal" in env["value"]
     assert "volumeMounts" not in spec["initContainers"][0]
     assert [v["name"] for v in spec["volumes"]] == ["openvpn-client", "dev-tun"]
+    # The rest is left alone, but for the vpn's startup probe on the resolver's /ready, which
+    # follows the resolver to its new port (else the vpn would never start).
+    vpn = before["spec"]["initContainers"][1]
+    assert vpn["startupProbe"]["httpGet"] == {"path": "/ready", "port": 8181}
+    vpn["startupProbe"]["httpGet"]["port"] = inject.READY_PORT
     assert spec["initContainers"][1:] == before["spec"]["initContainers"][1:]
     assert spec["containers"] == before["spec"]["containers"]
     assert json.loads(pod["metadata"]["annotations"][inject.STATUS])["settings"] != json.loads(

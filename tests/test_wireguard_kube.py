@@ -58,9 +58,10 @@ def test_the_sidecar_starts_after_the_resolver_and_the_shim_and_before_the_app()
     wg = spec["initContainers"][2]
     assert wg["restartPolicy"] == "Always"  # a native sidecar: the app waits for its startupProbe
     assert wg["startupProbe"]["exec"]["command"] == ["cat", "/run/splitdns/wg0"]
-    # Only what wg-quick needs: NET_ADMIN, and the fwmark sysctl for AllowedIPs 0.0.0.0/0.
+    # Only what wg-quick needs: NET_ADMIN. No unsafe sysctl by default: a stock kubelet would refuse it.
     assert wg["securityContext"] == {"capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]}}
-    assert {"name": "net.ipv4.conf.all.src_valid_mark", "value": "1"} in spec["securityContext"]["sysctls"]
+    assert spec["securityContext"]["sysctls"] == [{"name": "net.ipv4.ip_unprivileged_port_start",
+                                                   "value": "53"}]
     env = {e["name"]: e["value"] for e in wg["env"]}
     assert env["PATH"].startswith("/splitdns/bin:") and env["SPLITDNS_RESOLVCONF_DIR"] == "/run/splitdns"
     assert "wg-quick up /etc/wireguard/wg0.conf" in wg["command"][2]
@@ -87,6 +88,31 @@ def test_the_rendered_corefile_follows_the_sidecars_files() -> None:
     spec = block[directives.WIREGUARD]
     assert block.zones == ("svc.acme.internal.",) and spec is not None
     assert spec.resolvconf == wireguard_pod.RUN_DIR and spec.interface == "wg0" and spec.domains
+
+
+def test_the_default_starts_on_a_stock_kubelet_and_check_says_so_of_the_option(tmp_path: Path) -> None:
+    """A stock kubelet refuses a pod with an unsafe sysctl (SysctlForbidden): the default pod has
+    none; --wireguard-src-valid-mark adds src_valid_mark, and the header and check name the kubelet
+    flag it takes."""
+    name = "net.ipv4.conf.all.src_valid_mark"
+    flag = f"--allowed-unsafe-sysctls={name}"
+    for args, wanted in (((), []), (("--wireguard-src-valid-mark",), ["SD404"])):
+        text = _rendered_text(args)
+        path = tmp_path / "splitdns.yaml"
+        path.write_text(text)
+        found = lint.check([str(path)], lint.Options(kube_version=(1, 33)))
+        assert [f.code for f in found] == wanted, [f.text(False) for f in found]
+        sysctls = pod_spec(list(yaml.safe_load_all(text)))["securityContext"]["sysctls"]
+        assert ({"name": name, "value": "1"} in sysctls) == bool(args)
+        assert flag in text.split("apiVersion", 1)[0]
+        if args:
+            assert flag in found[0].message and "SysctlForbidden" in found[0].message
+    spec = inject.inject({"spec": {"containers": [{"name": "app", "image": "a"}]}}, "shop",
+                         render.injection_settings(request("inject", *ZONES, "--wireguard-src-valid-mark")))
+    assert {"name": name, "value": "1"} in spec.pod["spec"]["securityContext"]["sysctls"]
+    webhook = webhook_manifests.settings_args(render.injection_settings(
+        request("inject", *ZONES, "--wireguard-src-valid-mark")))
+    assert "--wireguard-src-valid-mark" in webhook
 
 
 def test_the_header_says_what_to_create_first() -> None:
@@ -203,7 +229,9 @@ spec:
 """
 
 
-def test_the_component_adds_the_sidecar_and_both_sysctls_with_kubectl_kustomize(tmp_path: Path) -> None:
+@pytest.mark.parametrize("mark", [False, True], ids=["default", "src-valid-mark"])
+def test_the_component_adds_the_sidecar_and_both_sysctls_with_kubectl_kustomize(tmp_path: Path,
+                                                                               mark: bool) -> None:
     """The pod's own sysctl stays; ours are appended by replacements (a strategic merge would
     replace the list). Built by a real kustomize where a kubectl of 1.21 or later is installed."""
     from tests.test_render import kubectl_for_components
@@ -215,7 +243,7 @@ def test_the_component_adds_the_sidecar_and_both_sysctls_with_kubectl_kustomize(
         (tmp_path / part).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / part).write_text(text)
     files = render.files(request("render", *ZONES, "--namespace", "shop", "--form", "component",
-                                 "--name", "shop-api"))
+                                 "--name", "shop-api", *(["--wireguard-src-valid-mark"] if mark else [])))
     (tmp_path / "splitdns").mkdir()
     (tmp_path / "splitdns" / "kustomization.yaml").write_text(files["kustomization.yaml"])
     # No cluster is involved: KUBECONFIG points nowhere, so kubectl cannot reach one by accident.
@@ -231,8 +259,8 @@ def test_the_component_adds_the_sidecar_and_both_sysctls_with_kubectl_kustomize(
     assert spec["securityContext"]["sysctls"] == [
         {"name": "net.ipv4.ip_local_port_range", "value": "20000 60999"},
         {"name": "net.ipv4.ip_unprivileged_port_start", "value": "53"},
-        {"name": "net.ipv4.conf.all.src_valid_mark", "value": "1"}]
+        *([{"name": "net.ipv4.conf.all.src_valid_mark", "value": "1"}] if mark else [])]
     (tmp_path / "built.yaml").write_text(built)
     found = lint.check([str(tmp_path / "built.yaml")], lint.Options(kube_version=(1, 33)))
-    assert [f.text(False) for f in found] == []
+    assert [f.code for f in found] == (["SD404"] if mark else []), [f.text(False) for f in found]
 

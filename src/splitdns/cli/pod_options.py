@@ -23,3 +23,6 @@ def add_vpn(p: argparse.ArgumentParser) -> None:
                    "answer AAAA with NODATA (filter_aaaa) instead of handing out unreachable addresses.")
     p.add_argument("--no-autopath", action="store_true", dest="no_autopath", help="Leave out autopath and "
                    "k8s_schema: every try of the pod's search walk then goes upstream.")
+    p.add_argument("--wireguard-src-valid-mark", action="store_true", dest="src_valid_mark",
+                   help="Set net.ipv4.conf.all.src_valid_mark=1 (AllowedIPs = 0.0.0.0/0); a kubelet refuses "
+                        "it unless run with --allowed-unsafe-sysctls=net.ipv4.conf.all.src_valid_mark.")

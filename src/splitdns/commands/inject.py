@@ -19,6 +19,8 @@ def run(req: render.Request, paths: list[str]) -> int:
 
     try:
         chosen = render.injection_settings(req)
+        for change in chosen.corefile_changes[1]:
+            print(f"splitdns inject: changed for the pod: {change}", file=sys.stderr)
     except PlanError as err:
         print(f"splitdns inject: {err}", file=sys.stderr)
         return EXIT_INPUT

@@ -48,6 +48,7 @@ class Request:
     vpn: str | None = None            # a tunnel's word (kube/tunnels.py); None: what the zones name
     filter_aaaa: bool = False         # the tunnel zones answer AAAA with NODATA
     no_autopath: bool = False         # leave out autopath and k8s_schema (--no-autopath)
+    src_valid_mark: bool = False      # the WireGuard pod's unsafe sysctl, for AllowedIPs 0.0.0.0/0
     output_dir: str | None = None
     webhook_namespace: str = "splitdns-system"
     reads_cluster: bool = True  # False for `splitdns webhook`, which has no --cluster-dns-from-cluster
@@ -55,10 +56,12 @@ class Request:
     webhook_review_rate: int = sizing.TYPICAL_REVIEW_RATE
 
 
-def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict[str, str]:
+def files(req: Request, webhook_settings: WebhookSettings | None = None,
+          changes: list[str] | None = None) -> dict[str, str]:
     """The rendered files (name -> text); raises PlanError on missing or wrong inputs.
     `webhook_settings` reads the flags the rendered webhook runs with back into the settings it
-    will inject (the command line's parser does that), so its ownership record is its own."""
+    will inject (the command line's parser does that), so its ownership record is its own.
+    `changes` receives what was changed in a Corefile carried into the pod (`--corefile`)."""
     from splitdns.kube import render
     from splitdns.kube.manifests import Options
 
@@ -68,6 +71,7 @@ def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict
         return monitoring.render(req.namespace, req.webhook_namespace)
     if req.form == "webhook":
         given = injection_settings(req, excluded=(req.webhook_namespace,))
+        _refuse_losses(given.plan, "--form webhook", "the webhook's flags hold")
         if webhook_settings is not None:
             given = webhook_settings(webhook_manifests.settings_args(given), req.webhook_namespace)
         webhook_manifests.cpu_request(req.webhook_review_rate)  # a PlanError before anything is built
@@ -76,7 +80,28 @@ def files(req: Request, webhook_settings: WebhookSettings | None = None) -> dict
     plan = build_plan(req)
     opts = Options(name=req.name, image=req.image, coredns_image=req.coredns_image, app_image=req.app_image,
                    vpn_image=vpn_image(req, plan), sidecar=req.sidecar, expected_qps=req.expected_qps)
+    if req.form == "cluster-wide":
+        _refuse_losses(plan, "--cluster-wide", "the cluster-wide block holds")
+    elif plan.corefile is not None and changes is not None:
+        from splitdns.kube import corefiles
+
+        changes.extend(corefiles.in_pod_changes(plan)[1])
     return render.render(plan, opts, req.form)
+
+
+def _refuse_losses(plan: Plan, form: str, what: str) -> None:
+    """Forms built from the zones and upstreams alone refuse a Corefile they would not carry whole."""
+    from splitdns.kube import corefile_carry
+    from splitdns.kube.plan import PlanError
+
+    if plan.corefile is None:
+        return
+    lost = corefile_carry.lost_by_zones(plan.corefile, frozenset(r.zone for r in plan.routes))
+    if lost:
+        raise PlanError(f"{form} --corefile {plan.corefile.path}: {what} only the zones and their "
+                        f"upstreams, so these lines would be lost: {', '.join(lost)}. Render the pod "
+                        "(--form deployment or component) or `splitdns inject --corefile`, which carry "
+                        "the Corefile, or give the zones with --zone")
 
 
 def injection_settings(req: Request, excluded: tuple[str, ...] = ()) -> Settings:
@@ -107,7 +132,14 @@ def vpn_image(req: Request, plan: Plan) -> str:
 def build_plan(req: Request) -> Plan:
     """The plan the flags describe (also what `splitdns inject` and `splitdns webhook` inject)."""
     from splitdns.kube import corefile_model
-    from splitdns.kube.plan import ClusterDNS, PlanError, build, routes_from_corefile, upstream
+    from splitdns.kube.plan import (
+        ClusterDNS,
+        CorefileSource,
+        PlanError,
+        build,
+        routes_from_corefile,
+        upstream,
+    )
 
     cluster: ClusterDNS | None = None
     if req.form == "cluster-wide":
@@ -120,6 +152,7 @@ def build_plan(req: Request) -> Plan:
 
         cluster = read_kube_dns(req.kubeconfig, req.context)
     routes = []
+    source: CorefileSource | None = None
     if req.corefile is not None:
         # Only here: reading a ConfigMap needs PyYAML, which the webhook's image does not hold.
         from splitdns.errors import ConfigError
@@ -135,26 +168,30 @@ def build_plan(req: Request) -> Plan:
         # the rendered "from FILE:LINE" points where the user looks.
         lines_above = "\n" * (src.offset if src.anchor is None else 0)
         routes = routes_from_corefile(corefile_model.read(lines_above + src.text, req.corefile))
+        source = CorefileSource(lines_above + src.text, req.corefile)
     form = req.form
     return build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
                  else req.resolver, namespace=req.namespace, cluster_domain=req.cluster_domain,
                  ndots=req.ndots, management=req.management, cluster_wide=form == "cluster-wide",
                  reads_cluster=req.reads_cluster, vpn=req.vpn, filter_aaaa=req.filter_aaaa,
-                 autopath=not req.no_autopath)
+                 autopath=not req.no_autopath, corefile=source, unsafe_sysctls=req.src_valid_mark)
 
 
 def run(req: Request, webhook_settings: WebhookSettings | None = None) -> int:
     from splitdns.kube.cluster import ClusterReadError
     from splitdns.kube.plan import PlanError
 
+    changes: list[str] = []
     try:
-        out = files(req, webhook_settings)
+        out = files(req, webhook_settings, changes)
     except ClusterReadError as err:
         print(f"splitdns render: {err}", file=sys.stderr)
         return EXIT_CLUSTER
     except PlanError as err:
         print(f"splitdns render: {err}", file=sys.stderr)
         return EXIT_INPUT
+    for change in changes:
+        print(f"splitdns render: changed for the pod: {change}", file=sys.stderr)
     if req.output_dir is None:
         sys.stdout.write("---\n".join(out.values()) if req.form != "cluster-wide" else "".join(out.values()))
         return EXIT_OK

@@ -52,6 +52,15 @@ def probes(zone: Zone, chosen: Iterable[str], route: Callable[[bytes], Zone | No
     return mine or (Probe(zone.name, T_NS),)
 
 
+def ready_alone(zone: Zone) -> bool:
+    """A zone with no upstream at all (answered by `hosts` or `template` alone) has nothing to wait
+    for: it is ready as it starts (latched here). Probing it would wait forever."""
+    if zone.forwards or zone.tunnel is not None:
+        return False
+    zone.ready = True
+    return True
+
+
 def waiting(zone: Zone, asked: Sequence[Probe]) -> None:
     """Probing starts: what `/ready` says until the first answers come."""
     ups = ", ".join(str(u.upstream) for f in zone.forwards for u in f.upstreams) or "no upstream"

@@ -83,6 +83,9 @@ class Tunnel:
     display: str
     metric_kind: str
     learned: str
+    # What its VPN container runs, as a pod spec shows it (image, command, args): how `check`
+    # tells the pod's VPN containers from the others.
+    programs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, eq=False)
@@ -130,10 +133,12 @@ FILTER_AAAA = Once("filter_aaaa", filter_aaaa.parse, step=GUARD_STEP, stored=Tru
 LOOP = Once("loop", operations.parse_loop, step=LOOP_STEP)
 PRIVATE_ADDRESSES = Once("private_addresses", private.parse, step=REPLY_STEP, stored=True, coredns=False)
 OPENVPN = Once("openvpn", openvpn.parse, step=TUNNEL_STEP, stored=True, coredns=False,
-               tunnel=Tunnel("openvpn", "OpenVPN", "openvpn", "the DNS servers the VPN server pushes"))
+               tunnel=Tunnel("openvpn", "OpenVPN", "openvpn", "the DNS servers the VPN server pushes",
+                             programs=("openvpn",)))
 WIREGUARD = Once("wireguard", wireguard.parse, step=TUNNEL_STEP, stored=True, coredns=False,
                  tunnel=Tunnel("wireguard", "WireGuard", "wireguard",
-                               "the DNS servers of the wg-quick config's DNS = line"))
+                               "the DNS servers of the wg-quick config's DNS = line",
+                               programs=("wg-quick", "wireguard")))
 # `forward`'s parser also takes whether to read resolv.conf files (config.build), and the
 # tunnels' words, from the rows above.
 FORWARD = Repeated("forward", lambda st: forward.parse(st, tunnel_words=tunnel_words()),

@@ -32,16 +32,40 @@ METRICS = ":9153"  # on the pod IP, for a PodMonitor: the series carry no names 
 
 
 def in_pod(plan: Plan, health: str = "", ready: str = "", by: str = "splitdns render",
-           metrics: str = METRICS) -> str:
+           metrics: str = METRICS, reload: bool = True) -> str:
     """The Corefile mounted into the DNS container of the pod. `health`, `ready` and `metrics`
-    are the endpoints' addresses (default: the directives' own, :8080 and :8181, and :9153)."""
+    are the endpoints' addresses (default: the directives' own, :8080 and :8181, and :9153);
+    `reload` False where the Corefile is no file (an environment variable)."""
+    return in_pod_changes(plan, health, ready, by, metrics, reload)[0]
+
+
+def in_pod_changes(plan: Plan, health: str = "", ready: str = "", by: str = "splitdns render",
+                   metrics: str = METRICS, reload: bool = True) -> tuple[str, tuple[str, ...]]:
+    """`in_pod` and, for a Corefile carried into the pod (`plan.corefile`), what was changed in it."""
     head = [f"Rendered by `{by}` (splitdns {__version__}) for the in-pod {plan.resolver}; "
             "it listens on 127.0.0.1:53 only.", *ownership(plan, plan.owner)]
-    blocks = [_block(plan, r, health, ready, metrics) for r in plan.routes]
-    return _comment(head) + "\n".join(blocks)
+    if plan.corefile is None:
+        blocks = [_block(plan, r, health, ready, metrics, reload) for r in plan.routes]
+        return _comment(head) + "\n".join(blocks), ()
+    from splitdns.kube import corefile_carry
+
+    carried = corefile_carry.zones_of(plan.corefile)
+    extra = [r for r in plan.routes if r.zone not in carried]
+    generated_root = any(r.zone == "." for r in extra)
+    coredns = plan.resolver == "coredns"
+    wanted = corefile_carry.Wanted(health, ready, metrics, reload, COREDNS_BIND if coredns else None,
+                                   add_endpoints=not generated_root, splitdns=not coredns)
+    present = corefile_carry.endpoints_in(plan.corefile) if generated_root else frozenset()
+    blocks = [_block(plan, r, health, ready, metrics, reload, leave_out=present) for r in extra]
+    out = corefile_carry.carry(plan.corefile, wanted, blocks)
+    head[1:1] = [f"Carried from {plan.corefile.path} as it is, but for what the pod needs:"
+                 if out.changes else f"Carried from {plan.corefile.path} as it is.",
+                 *(f"  {change}" for change in out.changes)]
+    return _comment(head) + out.text, out.changes
 
 
-def _block(plan: Plan, r: Route, health: str = "", ready: str = "", metrics: str = METRICS) -> str:
+def _block(plan: Plan, r: Route, health: str = "", ready: str = "", metrics: str = METRICS,
+           reload: bool = True, leave_out: frozenset[str] = frozenset()) -> str:
     body: list[str] = []
     coredns = plan.resolver == "coredns"
     if coredns:
@@ -57,8 +81,10 @@ def _block(plan: Plan, r: Route, health: str = "", ready: str = "", metrics: str
     ready_lines = [f"{ready_key} {{", f"{INDENT}probe {r.probe}", "}"] if r.probe and not coredns else []
     if r.zone == ".":
         # Process-wide endpoints and checks live in the catch-all block, once.
-        body += [f"health {health}".rstrip(), *(ready_lines or [ready_key]), f"prometheus {metrics}",
-                 "reload", "loop"]
+        endpoints = {"health": [f"health {health}".rstrip()], "ready": ready_lines or [ready_key],
+                     "prometheus": [f"prometheus {metrics}"]}
+        body += [line for name, lines in endpoints.items() if name not in leave_out for line in lines]
+        body += ["reload", "loop"] if reload else ["loop"]
     else:
         body += ready_lines
     return _text(r.zone, body)

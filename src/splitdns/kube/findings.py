@@ -135,6 +135,13 @@ _TABLE = (
          "the kubelet runs httpGet probes from the node, so host 127.0.0.1 is the node itself, not "
          "the pod.",
          "drop httpGet.host (the pod IP is the default) and let health/ready listen on all addresses."),
+    Code("SD209", ERROR, "DNS sidecar's startup probe waits for a zone only a later container brings up",
+         "native sidecars start one after the other, each once the one before it passed its startupProbe; "
+         "the resolver's probe waits for a zone behind the VPN, whose container is listed after it and so "
+         "never starts: the probe fails until the kubelet restarts the resolver, forever.",
+         "let the resolver's startupProbe wait only for the zones the cluster DNS answers "
+         "(/ready?zone=cluster.local&zone=., what `splitdns render` writes), and hold the app until the "
+         "tunnel zone answers with the VPN container's own startupProbe (httpGet /ready on port 8181)."),
     # OpenVPN.
     Code("SD301", ERROR, "VPN remote resolves only through the tunnel",
          "the VPN client must resolve its server before the tunnel exists (and again on reconnect), "
@@ -184,6 +191,11 @@ _TABLE = (
          "(cert-manager's Issuer and Certificate); another custom resource is checked by the API "
          "server against its CRD, which check does not have.",
          "nothing to fix here; `kubectl apply --dry-run=server` validates it against the cluster's CRD."),
+    Code("SD404", WARNING, "unsafe sysctl a stock kubelet refuses",
+         "only Kubernetes' safe sysctls are allowed by default; a pod that sets another is rejected by "
+         "the kubelet (SysctlForbidden) and never starts, unless every node's kubelet allows it.",
+         "drop the sysctl (for WireGuard: an AllowedIPs that leaves the cluster out needs no "
+         "src_valid_mark), or run the kubelets with --allowed-unsafe-sysctls=NAME."),
 )
 
 CODES: dict[str, Code] = {c.code: c for c in _TABLE}

@@ -24,7 +24,7 @@ from functools import cached_property
 from typing import Any
 
 from splitdns import __version__
-from splitdns.kube import corefiles, manifests, sizing, tunnels
+from splitdns.kube import corefiles, manifests, pod_dns, sizing, tunnels
 from splitdns.kube.image import DEFAULT_IMAGE
 from splitdns.kube.plan import Plan
 
@@ -36,11 +36,10 @@ COREFILE_ENV = "SPLITDNS_COREFILE"
 NAMESPACE_LABEL = "splitdns.dev/injection"   # on a Namespace: "enabled"
 POD_LABEL = "splitdns.dev/inject"            # on a pod (template): "true" to ask, "false" to refuse
 STATUS = "splitdns.dev/status"               # written by the injection: what, version, settings hash
-NDOTS = "splitdns.dev/ndots"                 # optional per-pod ndots
+NDOTS = pod_dns.NDOTS_ANNOTATION              # optional per-pod ndots
 # Not the resolver defaults (8080, 8181): the app next to it often listens on 8080 already.
 HEALTH_PORT, READY_PORT, METRICS_PORT = 15380, 15381, 15382
 ALWAYS_EXCLUDED = ("kube-system", "kube-public", "kube-node-lease")
-MAX_SEARCHES = 32  # the API server's limit (Kubernetes >= 1.28)
 PORT_SYSCTL = {"name": manifests.UNPRIVILEGED_PORT_SYSCTL, "value": "53"}
 # A pod that runs to completion: a classic sidecar would keep it running forever.
 _COMPLETING = ("Never", "OnFailure")
@@ -83,14 +82,17 @@ class Settings:
         return {53: "port 53", health: "the resolver's health port", ready: "its ready port",
                 metrics: "its metrics port"}
 
-    @cached_property
+    @property
     def corefile(self) -> str:
+        return self.corefile_changes[0]
+
+    @cached_property
+    def corefile_changes(self) -> tuple[str, tuple[str, ...]]:
+        """The Corefile and what changed in a carried one; in an env var: no file, so no reload."""
         if self.configmap:
-            return corefiles.in_pod(self.plan)
-        text = corefiles.in_pod(self.plan, health=f":{HEALTH_PORT}", ready=f":{READY_PORT}",
-                                by="splitdns inject", metrics=f":{METRICS_PORT}")
-        # No file to watch: a new Corefile reaches the pod only with a new pod.
-        return text.replace(f"{corefiles.INDENT}reload\n", "")
+            return corefiles.in_pod_changes(self.plan)
+        return corefiles.in_pod_changes(self.plan, health=f":{HEALTH_PORT}", ready=f":{READY_PORT}",
+                                        by="splitdns inject", metrics=f":{METRICS_PORT}", reload=False)
 
     @cached_property
     def digest(self) -> str:
@@ -98,7 +100,8 @@ class Settings:
         data = {"corefile": self.corefile, "image": self.image, "sidecar": self.sidecar,
                 "expected_qps": self.expected_qps,
                 **({"configmap": self.configmap} if self.configmap else {}),
-                **({"vpn_image": self.vpn_image, "vpn_secret": self.vpn_secret} if self.adds_vpn else {}),
+                **({"vpn_image": self.vpn_image, "vpn_secret": self.vpn_secret,
+                    "unsafe_sysctls": self.plan.unsafe_sysctls} if self.adds_vpn else {}),
                 "ndots": self.plan.ndots, "cluster_domain": self.plan.cluster_domain}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -281,6 +284,8 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
     if spec.get("initContainers") == []:
         del spec["initContainers"]
     container = _container(settings)
+    if mounted_before and not settings.configmap:  # render's vpn probe follows the resolver's port
+        manifests.follow_ready_port(spec, manifests.READY_PORT, READY_PORT)
     if settings.sidecar == "native":
         # First, so the app's own init containers and other injectors' can resolve both zones.
         if "initContainers" not in spec and "containers" in spec:
@@ -295,14 +300,19 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
         if spec.get("initContainers"):
             warnings.append("classic sidecar: the pod's init containers run before the resolver and "
                             "cannot resolve names")
-    ndots_from_settings = _dns(pod, namespace, settings, warnings)
+    try:
+        ndots_from_settings = pod_dns.merge(spec, dataclasses.replace(settings.plan, namespace=namespace),
+                                            _annotations(pod).get(NDOTS),
+                                            status_of(pod).get("ndots") == "settings", warnings)
+    except pod_dns.Unmergeable as err:
+        raise Refused(str(err)) from None
     vpn = kind.advice(spec, settings.plan)
     if vpn:
         warnings.append(vpn)
     _sysctl(spec)
     if settings.adds_vpn and kind.sidecar is not None:
         kind.sidecar.add(spec, container, settings.image, settings.vpn_image, settings.vpn_secret,
-                         settings.sidecar)
+                         settings.sidecar, settings.plan.unsafe_sysctls)
     if settings.configmap or mounted_before:  # the Corefile volume follows our container (in or out)
         volumes = [v for v in _list(spec.get("volumes"), "spec.volumes")
                    if not (isinstance(v, dict) and v.get("name") == manifests.COREFILE_VOLUME)]
@@ -350,42 +360,6 @@ def _container(settings: Settings) -> Doc:
     container["resources"] = base["resources"]
     container["securityContext"] = base["securityContext"]
     return container
-
-
-def _dns(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> bool:
-    """Merge, never replace: the pod's options and searches stay; only the nameserver is ours.
-    True when the ndots option is the settings' (not the pod's own)."""
-    spec: Doc = pod["spec"]
-    conf = spec.get("dnsConfig") or {}
-    if not isinstance(conf, dict):
-        raise Refused("spec.dnsConfig is not a mapping")
-    own_servers = [str(s) for s in _list(conf.get("nameservers"), "spec.dnsConfig.nameservers")
-                   if str(s) != "127.0.0.1"]
-    if own_servers:
-        warnings.append(f"the pod's nameservers {', '.join(own_servers)} are replaced by 127.0.0.1; "
-                        "route their zones in the settings instead")
-    plan = dataclasses.replace(settings.plan, namespace=namespace)
-    ours = plan.searches()
-    searches = ours + [str(s) for s in _list(conf.get("searches"), "spec.dnsConfig.searches")
-                       if str(s) not in ours]
-    if len(searches) > MAX_SEARCHES:
-        raise Refused(f"{len(searches)} search domains with the cluster's: more than {MAX_SEARCHES}")
-    options = [dict(o) for o in _list(conf.get("options"), "spec.dnsConfig.options") if isinstance(o, dict)]
-    if status_of(pod).get("ndots") == "settings":  # injected before: that ndots was ours
-        options = [o for o in options if o.get("name") != "ndots"]
-    wanted = _annotations(pod).get(NDOTS)
-    if wanted is not None:
-        text = str(wanted)
-        if not (text.isdigit() and 0 <= int(text) <= 15):
-            raise Refused(f"annotation {NDOTS}: {text!r} is not a number from 0 to 15")
-        options = [o for o in options if o.get("name") != "ndots"]
-        options.append({"name": "ndots", "value": text})
-    from_settings = wanted is None and not any(o.get("name") == "ndots" for o in options)
-    if from_settings:
-        options.append({"name": "ndots", "value": str(plan.ndots)})
-    spec["dnsPolicy"] = "None"
-    spec["dnsConfig"] = {"nameservers": ["127.0.0.1"], "searches": searches, "options": options}
-    return from_settings
 
 
 def _sysctl(spec: Doc) -> None:

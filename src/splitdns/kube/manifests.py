@@ -78,7 +78,7 @@ def configmap(plan: Plan, opts: Options, corefile: str) -> Doc:
     }
 
 
-def _probe(path: str, port: str, period: int, failures: int) -> Doc:
+def _probe(path: str, port: str | int, period: int, failures: int) -> Doc:
     return {"httpGet": {"path": path, "port": port}, "periodSeconds": period, "failureThreshold": failures}
 
 
@@ -98,7 +98,7 @@ def dns_container(plan: Plan, opts: Options) -> Doc:
     if opts.sidecar == "native":
         container["restartPolicy"] = "Always"
         # A native sidecar counts as started once this passes, and only then does the app start.
-        container["startupProbe"] = _probe(startup_path(plan), "ready", 1, 120)
+        container["startupProbe"] = _probe(*startup_probe(plan), 1, 120)
     container["readinessProbe"] = _probe("/ready", "ready", 5, 2)
     container["livenessProbe"] = _probe("/health", "health", 10, 3)
     # CPU: for the rate the pod is expected to ask (kube.sizing). No CPU limit: a CFS quota
@@ -123,14 +123,34 @@ def dns_container(plan: Plan, opts: Options) -> Doc:
     return container
 
 
-def startup_path(plan: Plan) -> str:
-    """What holds the app: the zones that do not need the tunnel. Native sidecars start one after
-    the other, and a patch puts dns before an existing vpn sidecar: waiting there for the tunnel
-    zone would wait for a VPN that cannot start yet. The readiness probe (/ready) covers every zone."""
-    if plan.resolver == "coredns" or not any(r.tunnel for r in plan.routes):
-        return "/ready"
-    zones = [r.zone.rstrip(".") or "." for r in plan.routes if not r.tunnel]
-    return "/ready?" + "&".join(f"zone={z}" for z in zones)
+def startup_probe(plan: Plan) -> tuple[str, str]:
+    """(path, port name) of the DNS sidecar's startup probe: what holds the app and every later
+    container. Native sidecars start one after the other, each only once the one before it has
+    passed its startup probe, and the resolver is the first: nothing the VPN brings up exists yet.
+    So it waits only for the zones answered through the cluster DNS (`Plan.answerable_at_start`):
+    a tunnel zone, and a private zone at a fixed address too, is reached through the VPN, which
+    starts after it. The readiness probe (/ready) covers every zone, and the VPN container's own
+    startup probe holds the app until the tunnel zone answers (`vpn_container`)."""
+    if plan.resolver == "coredns":
+        return "/ready", "ready"  # CoreDNS's /ready is its plugins', never an upstream's
+    first = plan.answerable_at_start()
+    if not first:  # nothing answers before the VPN: the process listening is all there is to wait for
+        return "/health", "health"
+    if len(first) == len(plan.routes):
+        return "/ready", "ready"
+    return "/ready?" + "&".join(f"zone={r.zone.rstrip('.') or '.'}" for r in first), "ready"
+
+
+def follow_ready_port(spec: Doc, old: int, new: int) -> None:
+    """A probe of another container that asks the resolver's /ready on `old` (render's VPN
+    container does) asks `new` instead: a re-injection moved the resolver's endpoints there."""
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+                get = (c.get(probe) or {}).get("httpGet") if isinstance(c, dict) else None
+                if isinstance(get, dict) and get.get("port") == old and \
+                        str(get.get("path", "")).startswith("/ready"):
+                    get["port"] = new
 
 
 def containers_key(opts: Options) -> str:

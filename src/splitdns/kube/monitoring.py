@@ -20,6 +20,10 @@ Doc = dict[str, Any]
 RUNBOOK = "https://github.com/splitdns/splitdns/blob/main/docs/monitoring.md"
 METRICS_PORT_NAME = manifests.METRICS_PORT_NAME  # the container port the PodMonitor scrapes
 WEBHOOK_JOB = webhook_manifests.NAME  # the ServiceMonitor's job: the webhook Service's name
+RESOLVER_JOB = "splitdns"  # the PodMonitor's job (set by its relabeling: else NAMESPACE/NAME)
+# SERVFAIL ratios are not judged below this many answers a second (30 in the 5-minute window):
+# one failed lookup of two in a quiet pod is not an outage.
+MIN_ANSWERS_PER_SECOND = 0.1
 # Who an alert is about, in its description: the pod (namespace/pod, from the PodMonitor's
 # target labels) and the zone.
 WHERE = "{{ $labels.namespace }}/{{ $labels.pod }}"
@@ -74,12 +78,25 @@ ALERTS = (
           f"Every upstream of zone {{{{ $labels.zone }}}} in pod {WHERE} has been marked down for "
           "2 minutes: its queries get SERVFAIL at once until a health probe is answered."),
     Alert("SplitdnsServfailRatioHigh",
+          # The denominator only where the zone answers enough for a ratio to mean something.
           "(sum without (rcode, plugin) (rate(coredns_dns_responses_total{rcode=\"SERVFAIL\","
-          "zone!=\"dropped\"}[5m])) / sum without (rcode, plugin) "
-          "(rate(coredns_dns_responses_total{zone!=\"dropped\"}[5m])))", "> 0.05", "10m", "warning",
+          "zone!=\"dropped\"}[5m])) / (sum without (rcode, plugin) "
+          f"(rate(coredns_dns_responses_total{{zone!=\"dropped\"}}[5m])) >= {MIN_ANSWERS_PER_SECOND}))",
+          "> 0.05", "10m", "warning",
           "More than 5 % of a zone's answers are SERVFAIL.",
           f"{{{{ $value | humanizePercentage }}}} of the answers of zone {{{{ $labels.zone }}}} in pod "
-          f"{WHERE} have been SERVFAIL for 10 minutes."),
+          f"{WHERE} have been SERVFAIL for 10 minutes (at {MIN_ANSWERS_PER_SECOND} answers a second "
+          "or more)."),
+    Alert("SplitdnsResolverDown", f"up{{job=\"{RESOLVER_JOB}\"}}", "== 0", "5m", "critical",
+          "A pod's resolver has not answered its metrics scrape for 5 minutes.",
+          f"The resolver of pod {WHERE} has not answered its scrape for 5 minutes: its container "
+          "is down or restarting (`kubectl describe pod` says why), or its metrics port does not "
+          "answer; while the resolver is down, nothing in the pod resolves a name."),
+    Alert("SplitdnsResolversAbsent", f"absent(up{{job=\"{RESOLVER_JOB}\"}})", "== 1", "15m", "warning",
+          "No pod's resolver has been scraped for 15 minutes.",
+          "Prometheus has scraped no in-pod resolver for 15 minutes: the PodMonitor selects no pod "
+          f"(none carries {inject.POD_LABEL}: \"true\", or none runs), or Prometheus does not pick "
+          "the PodMonitor up (its podMonitorSelector). Silence it where no pod asks for the resolver."),
     Alert("SplitdnsLoopDetected", "increase(splitdns_loop_detected_total[10m])", "> 0", "0m", "critical",
           "A pod's resolver found a forwarding loop.",
           f"Zone {{{{ $labels.zone }}}} in pod {WHERE} forwards back to itself: it answers SERVFAIL "
@@ -146,7 +163,10 @@ def pod_monitor(namespace: str) -> Doc:
             "spec": {"namespaceSelector": {"any": True},
                      "selector": {"matchLabels": {inject.POD_LABEL: "true"}},
                      "podMetricsEndpoints": [{"port": METRICS_PORT_NAME, "path": "/metrics",
-                                              "interval": "30s"}]}}
+                                              "interval": "30s",
+                                              # One job name the alerts and dashboard know, in any namespace.
+                                              "relabelings": [{"action": "replace", "targetLabel": "job",
+                                                               "replacement": RESOLVER_JOB}]}]}}
 
 
 def service_monitor(webhook_namespace: str) -> Doc:

@@ -6,6 +6,7 @@ Pure data, as `manifests`.
 
 from __future__ import annotations
 
+from splitdns.directives.operations import ReadySpec
 from splitdns.kube import vpn_container
 from splitdns.kube.tunnel_kind import Doc, OptionsView, PlanView, Steps
 
@@ -33,7 +34,16 @@ def container(plan: PlanView, opts: OptionsView) -> Doc:
     c: Doc = {"name": "vpn", "image": opts.vpn_image, "args": args}
     if opts.sidecar == "native":
         c["restartPolicy"] = "Always"
-    c["securityContext"] = {"capabilities": {"add": ["NET_ADMIN"]}}
+    # Started once the resolver answers every zone, the ones behind the tunnel too: the probe asks
+    # the resolver's /ready (the pod shares one network namespace; a probe's port is any port of
+    # the pod IP), so the app starts only when its private names resolve. Only containers before
+    # it (the resolver) and itself need to run for it to pass. As the WireGuard sidecar's.
+    c["startupProbe"] = {"httpGet": {"path": "/ready", "port": ReadySpec.endpoint.port},
+                         "periodSeconds": 1, "failureThreshold": 120}
+    c["resources"] = {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "128Mi"}}
+    # NET_ADMIN for the tun device, addresses and routes; nothing else. A client config that
+    # drops privileges (`user`/`group`) needs SETUID and SETGID added back.
+    c["securityContext"] = {"capabilities": {"add": ["NET_ADMIN"], "drop": ["ALL"]}}
     c["volumeMounts"] = [
         {"name": SECRET, "mountPath": "/etc/openvpn/client", "readOnly": True},
         {"name": "dev-tun", "mountPath": "/dev/net/tun"},

@@ -43,6 +43,15 @@ class Route:
 
 
 @dataclass(frozen=True)
+class CorefileSource:
+    """A Corefile given to carry into the pod (kube.corefile_carry): `text` has the lines above it
+    in its file (a ConfigMap's) as blank lines, so its line numbers are the file's."""
+
+    text: str
+    path: str
+
+
+@dataclass(frozen=True)
 class ClusterDNS:
     address: str
     source: str
@@ -59,10 +68,23 @@ class Plan:
     vpn: str = field(default_factory=lambda: tunnels.default().word)  # the pod's VPN (kube/tunnels.py)
     filter_aaaa: bool = False       # the tunnel carries no IPv6: its zones answer AAAA with NODATA
     autopath: bool = True           # the Corefile knows the pod's search list (`autopath`)
+    corefile: CorefileSource | None = None  # carried into the pod, its zones' routes above
+    # The pod may set the unsafe sysctls its VPN kind asks for (--wireguard-src-valid-mark): a
+    # stock kubelet refuses such a pod (SysctlForbidden).
+    unsafe_sysctls: bool = False
 
     @property
     def owner(self) -> str:
         return f"in-pod {self.resolver}"
+
+    def answerable_at_start(self) -> tuple[Route, ...]:
+        """The zones forwarded only where the cluster domain or the catch-all go (the cluster DNS,
+        the node's resolver: never into the tunnel, which `check` refuses for `.`, SD104): the
+        upstreams known to be reachable before any VPN container has started. Every other zone,
+        learned from the tunnel or at a fixed private address, is taken to be behind the VPN."""
+        domain = self.cluster_domain.rstrip(".") + "."
+        outside = {u for r in self.routes if r.zone in (domain, ".") for u in r.upstreams}
+        return tuple(r for r in self.routes if r.upstreams and set(r.upstreams) <= outside)
 
     def searches(self) -> list[str]:
         """The search list ClusterFirst would have given; under None the kubelet adds none."""
@@ -133,10 +155,12 @@ def routes_from_corefile(model: corefile_model.Model) -> list[Route]:
         else:
             fwd = next((f for f in block.forwards if f.spec.origin == "." or f.spec.origin in block.zones),
                        None)
+            if fwd is None and not block.forwards and not block.is_root:
+                continue  # answered in the pod (hosts, template...): carried as it is, no upstream
             if fwd is None or fwd.spec.files:
                 raise PlanError(f"{block.where}: block {block.name} has no `forward` to an address "
                                 "(a resolv.conf target is refused: under dnsPolicy None it is ourselves); "
-                                "give the zone with --zone ZONE=ADDRESS")
+                                "forward it to an address there (the cluster DNS's, for the catch-all)")
             ups = tuple(upstream(str(u), block.zones[0]) for u in fwd.spec.upstreams)
             source = f"from {fwd.statement.where}"
         out.extend(Route(zone, ups, source, vpn=vpn) for zone in block.zones)
@@ -148,12 +172,15 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
           cluster_domain: str = "cluster.local", ndots: int = 5,
           management: str = DEFAULT_MANAGEMENT, cluster_wide: bool = False,
           reads_cluster: bool = True, vpn: str | None = None, filter_aaaa: bool = False,
-          autopath: bool = True) -> Plan:
+          autopath: bool = True, corefile: CorefileSource | None = None,
+          unsafe_sysctls: bool = False) -> Plan:
     """Merge the inputs: flags override a Corefile; the cluster DNS fills the cluster zone and `.`.
     `cluster_wide`: the private zones only, for the cluster's own CoreDNS (no cluster DNS needed).
     `reads_cluster`: whether the command has --cluster-dns-from-cluster, to suggest it."""
     domain = zone_name(cluster_domain)
     by_zone: dict[str, Route] = {r.zone: r for r in corefile_routes}
+    if corefile is not None and not cluster_wide:
+        _one_source_per_zone(by_zone, zone_flags, probes, corefile.path)
     for flag in zone_flags:
         route = parse_zone_flag(flag)
         if cluster_wide:
@@ -163,7 +190,7 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
         private = [r for r in by_zone.values() if r.zone not in (".", domain)]
         return _checked(Plan(routes=tuple(sorted(private, key=lambda r: r.zone)), resolver="coredns",
                              namespace=namespace, cluster_domain=domain.rstrip("."), ndots=ndots,
-                             management=management))
+                             management=management, corefile=corefile))
     if cluster is not None:
         for zone in (domain, "."):
             by_zone.setdefault(zone, Route(zone, (cluster.address,), cluster.source))
@@ -187,7 +214,23 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
                                 "give its address (--zone ZONE=IP) or use --resolver splitdns")
     return _checked(Plan(routes=routes, resolver=resolver, namespace=namespace,
                          cluster_domain=domain.rstrip("."), ndots=ndots, management=management, vpn=vpn,
-                         filter_aaaa=filter_aaaa, autopath=autopath))
+                         filter_aaaa=filter_aaaa, autopath=autopath, corefile=corefile,
+                         unsafe_sysctls=unsafe_sysctls))
+
+
+def _one_source_per_zone(carried: dict[str, Route], zone_flags: Sequence[str], probes: Sequence[str],
+                         path: str) -> None:
+    """A Corefile is carried into the pod as it is: a flag cannot change a zone it answers."""
+    for flag in zone_flags:
+        zone = parse_zone_flag(flag).zone
+        if zone in carried:
+            raise PlanError(f"--zone {flag}: zone {zone} is in {path} already ({carried[zone].source}), "
+                            "which is carried into the pod as it is; change it there or leave the flag out")
+    for text in probes:
+        zone, name = _probe_flag(text)
+        if zone in carried:
+            raise PlanError(f"--probe {text}: zone {zone} is in {path}, which is carried into the pod as it "
+                            f"is; add `ready {{ probe {name} }}` to its block there")
 
 
 def _vpn(routes: tuple[Route, ...], given: str | None) -> str:

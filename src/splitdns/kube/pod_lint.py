@@ -1,5 +1,6 @@
-"""Pod-spec checks (codes SD2xx, SD111, SD402): the resolv.conf the kubelet will write, and whether
-the DNS container can bind port 53, is probed, and holds the app until it answers.
+"""Pod-spec checks (codes SD2xx, SD111, SD402; SD209 in startup_lint): the resolv.conf the kubelet
+will write, and whether the DNS container can bind port 53, is probed, and holds the app until it
+answers.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from splitdns.kube import image
+from splitdns.kube import image, startup_lint
 from splitdns.kube.corefile_lint import PodResolvConf
 from splitdns.kube.corefile_model import Model
 from splitdns.kube.findings import Finding
@@ -112,14 +113,43 @@ def check(w: Workload, corefiles: list[Model], kube_version: tuple[int, int] | N
         add(w.line("dnsPolicy") if "dnsPolicy" in spec else w.line(),
             "SD204", f"dnsPolicy {rc.policy} and {reason}: the kubelet rewrites resolv.conf on every "
                      "container start, so the app never asks 127.0.0.1")
+    _unsafe_sysctls(w, kube_version, add)
     for d in dns:
         _dns_container(w, d, add)
         _probe_targets(w, d, corefiles, add)
+        startup_lint.check(spec, d.key, d.index, corefiles, w.line(d.key, d.index, "startupProbe")
+                           if d.container.get("startupProbe") else w.line(d.key, d.index),
+                           str(d.container.get("name")), add)
         if d.native and kube_version is not None and kube_version < (1, 29):
             add(w.line(d.key, d.index, "restartPolicy"), "SD402",
                 f"container {d.container.get('name')} is a native sidecar, which Kubernetes "
                 f"{kube_version[0]}.{kube_version[1]} does not run by default")
     return out
+
+
+# Kubernetes' safe sysctls (allowed by every kubelet), with the release that made each safe.
+_SAFE_SYSCTLS = {
+    "kernel.shm_rmid_forced": (1, 0), "net.ipv4.ip_local_port_range": (1, 0),
+    "net.ipv4.tcp_syncookies": (1, 0), "net.ipv4.ping_group_range": (1, 18),
+    "net.ipv4.ip_unprivileged_port_start": (1, 22), "net.ipv4.ip_local_reserved_ports": (1, 27),
+    "net.ipv4.tcp_keepalive_time": (1, 29), "net.ipv4.tcp_fin_timeout": (1, 29),
+    "net.ipv4.tcp_keepalive_intvl": (1, 29), "net.ipv4.tcp_keepalive_probes": (1, 29),
+    "net.ipv4.tcp_rmem": (1, 32), "net.ipv4.tcp_wmem": (1, 32),
+}
+
+
+def _unsafe_sysctls(w: Workload, kube_version: tuple[int, int] | None, add: Add) -> None:
+    sc = w.spec.get("securityContext")
+    sysctls = sc.get("sysctls") if isinstance(sc, dict) else None
+    for i, s in enumerate(sysctls if isinstance(sysctls, list) else []):
+        name = str(s.get("name", "")) if isinstance(s, dict) else ""
+        since = _SAFE_SYSCTLS.get(name)
+        if not name or (since is not None and (kube_version is None or kube_version >= since)):
+            continue
+        on = "" if kube_version is None else f" on Kubernetes {kube_version[0]}.{kube_version[1]}"
+        add(w.line("securityContext", "sysctls", i), "SD404",
+            f"the pod sets the unsafe sysctl {name}{on}: a kubelet rejects the pod (SysctlForbidden) "
+            f"unless it runs with --allowed-unsafe-sysctls={name}")
 
 
 def _policy_none(w: Workload, rc: PodResolvConf, local: bool, add: Add) -> None:

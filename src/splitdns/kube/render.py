@@ -61,7 +61,8 @@ def _injected(template: Doc, plan: Plan, opts: Options) -> Doc:
 
 def deployment_doc(plan: Plan, opts: Options, corefile: str) -> Doc:
     """A full example: app + vpn, injected as `splitdns inject` would (dns first: its startup probe
-    waits only for the zones that do not need the tunnel, so the vpn starts next)."""
+    waits only for the zones the cluster DNS answers, so the vpn starts next; the vpn's holds the
+    app until every zone answers)."""
     vpn, volumes = tunnels.of(plan.vpn).example(plan, opts)  # none when the injection adds its own
     app = {"name": "app", "image": opts.app_image}
     spec: Doc = {"initContainers": vpn, "containers": [app]} if vpn and opts.sidecar == "native" else \
@@ -98,7 +99,7 @@ def patch_doc(plan: Plan, opts: Options) -> Doc:
     dns = next(c for c in spec[manifests.containers_key(opts)] if c["name"] == inject.MOUNTED_CONTAINER)
     dns["env"] = [dict(inject.PORT_SYSCTL)]  # the replacement's source: a {name, value} pair, quoted "53"
     sidecar = tunnels.of(plan.vpn).sidecar
-    if sidecar is not None:  # the same for its own sysctls (its `replacement`)
+    if sidecar is not None and plan.unsafe_sysctls:  # the same for its own sysctls (its `replacement`)
         sidecar.patched(spec.get(manifests.containers_key(opts), []))
     return {
         "apiVersion": "apps/v1",
@@ -128,7 +129,7 @@ def component(plan: Plan, opts: Options) -> dict[str, str]:
     patch_text = yamlio.dump(patch_doc(plan, opts))
     doc = manifests.component(plan, opts, corefile, patch_text)
     kind = tunnels.of(plan.vpn)
-    if kind.sidecar is not None:
+    if kind.sidecar is not None and plan.unsafe_sysctls:
         doc["replacements"].append(kind.sidecar.replacement(opts.name, manifests.containers_key(opts)))
     before = kind.component_steps(plan, opts) if kind.component_steps else kind.apply_steps(plan)
     header = _header(plan, opts, f"a kustomize Component for the Deployment {opts.name}; save as "

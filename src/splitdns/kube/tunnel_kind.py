@@ -45,6 +45,10 @@ class PlanView(Protocol):
     @property
     def vpn(self) -> str: ...
 
+    @property
+    def unsafe_sysctls(self) -> bool:
+        """The pod may set the unsafe sysctls its VPN kind asks for (a stock kubelet refuses them)."""
+
 
 class OptionsView(Protocol):
     """render's options (kube/manifests.py's Options), as a kind reads them."""
@@ -88,9 +92,13 @@ class Sidecar:
 
     default_secret: str
     prepare: Callable[[Doc, bool, bool], str | None]  # (spec, injected before, wanted) -> why not
-    add: Callable[[Doc, Doc, str, str, str, str], None]  # spec, resolver, image, vpn image, secret, sidecar
-    patched: Callable[[list[Doc]], None]              # render's patch: the containers, to adjust
-    replacement: Callable[[str, str], Doc]            # render's component: (deployment, containers key)
+    # spec, resolver, image, vpn image, secret, sidecar, and whether the pod may set the kind's
+    # unsafe sysctls (`PlanView.unsafe_sysctls`)
+    add: Callable[[Doc, Doc, str, str, str, str, bool], None]
+    # render's patch and component, only where the pod may set unsafe sysctls: the containers to
+    # adjust; the replacement that copies them ((deployment, containers key))
+    patched: Callable[[list[Doc]], None]
+    replacement: Callable[[str, str], Doc]
 
 
 def _nothing_to_say(*_: object) -> str:

@@ -64,6 +64,8 @@ def settings_args(settings: inject.Settings) -> list[str]:
              "--image", settings.image, "--expected-qps", str(settings.expected_qps)]
     if settings.adds_vpn:
         args += ["--vpn", plan.vpn, "--vpn-image", settings.vpn_image]
+        if plan.unsafe_sysctls:
+            args.append("--wireguard-src-valid-mark")
     return args
 
 

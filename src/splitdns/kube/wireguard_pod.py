@@ -9,10 +9,12 @@ resolvconf shim on its PATH, and the volume it shares with the resolver.
           (/dev/net/tun, for wireguard-go)
 ```
 
-The wireguard container gets NET_ADMIN and nothing else (interface, addresses, routes, rules);
-the pod gets `net.ipv4.conf.all.src_valid_mark=1`, which wg-quick needs for AllowedIPs
-0.0.0.0/0 (its fwmark routing). The resolver mounts splitdns-run read-only and reads it
-through `wireguard { resolvconf /run/splitdns }`. Pure data, as `manifests`.
+The wireguard container gets NET_ADMIN and nothing else (interface, addresses, routes, rules).
+Only when asked does the pod get `net.ipv4.conf.all.src_valid_mark=1`, which wg-quick needs for
+AllowedIPs 0.0.0.0/0 (its fwmark routing): it is an unsafe sysctl, which a stock kubelet
+refuses, so by default the pod starts anywhere with an AllowedIPs that leaves the cluster out.
+The resolver mounts splitdns-run read-only and reads it through `wireguard { resolvconf
+/run/splitdns }`. Pure data, as `manifests`.
 """
 
 from __future__ import annotations
@@ -148,8 +150,10 @@ def prepare(spec: Doc, injected_before: bool, wanted: bool) -> str | None:
     return conflict(spec) if wanted else None
 
 
-def add(spec: Doc, resolver: Doc, image: str, vpn_image: str, secret: str, sidecar: str) -> None:
-    """After the resolver (already in place): the shim, the wireguard container, volumes, sysctl."""
+def add(spec: Doc, resolver: Doc, image: str, vpn_image: str, secret: str, sidecar: str,
+        src_valid_mark: bool) -> None:
+    """After the resolver (already in place): the shim, the wireguard container, volumes, and the
+    unsafe sysctl only when asked (`src_valid_mark`: a stock kubelet refuses the pod with it)."""
     mount = {"name": RUN_VOLUME, "mountPath": RUN_DIR, "readOnly": True}
     resolver.setdefault("volumeMounts", []).append(mount)
     shim = shim_container(image, resolver.get("securityContext", {}))
@@ -164,8 +168,9 @@ def add(spec: Doc, resolver: Doc, image: str, vpn_image: str, secret: str, sidec
         at = next((i + 1 for i, c in enumerate(containers) if c is resolver), 0)
         containers.insert(at, wireguard)
     spec["volumes"] = [*(spec.get("volumes") or []), *volumes(secret)]
-    sc = spec.setdefault("securityContext", {})
-    sc["sysctls"] = [*(sc.get("sysctls") or []), dict(SRC_VALID_MARK)]
+    if src_valid_mark:
+        sc = spec.setdefault("securityContext", {})
+        sc["sysctls"] = [*(sc.get("sysctls") or []), dict(SRC_VALID_MARK)]
 
 
 def replacement(deployment: str, key: str) -> Doc:
@@ -210,11 +215,19 @@ def apply_steps(plan: PlanView) -> Steps:
          f"Then the Secret {SECRET}, holding it as {conf} (the wireguard container runs "
          f"wg-quick up {CONFIG}):",
          f"  kubectl -n {ns} create secret generic {SECRET} --from-file={conf}={conf}"],
-        [f"The pod sets the sysctl {SRC_VALID_MARK['name']}=1, which wg-quick needs for "
-         "AllowedIPs = 0.0.0.0/0 and which the kubelet allows only when told to "
-         f"(--allowed-unsafe-sysctls={SRC_VALID_MARK['name']}); with an AllowedIPs "
-         "that leaves the cluster out (what `splitdns check` suggests) remove it from the pod."],
+        [sysctl_step(plan.unsafe_sysctls)],
         ["The wireguard image needs wg-quick and, without the kernel module, wireguard-go; the "
          "container runs it as root with NET_ADMIN only, with our resolvconf first on its PATH."],
     ]
 
+
+def sysctl_step(src_valid_mark: bool) -> str:
+    name = SRC_VALID_MARK["name"]
+    if src_valid_mark:
+        return (f"The pod sets the sysctl {name}=1 (--wireguard-src-valid-mark), which wg-quick needs for "
+                "AllowedIPs = 0.0.0.0/0. It is not in Kubernetes' safe set: every node's kubelet must run "
+                f"with --allowed-unsafe-sysctls={name}, or the pod is rejected (SysctlForbidden).")
+    return (f"wg0.conf's AllowedIPs must leave the cluster out (what `splitdns check` computes): the pod "
+            f"does not set {name}, which wg-quick needs for AllowedIPs = 0.0.0.0/0 and a stock kubelet "
+            "refuses (SysctlForbidden). For a full tunnel render with --wireguard-src-valid-mark and "
+            f"run the kubelets with --allowed-unsafe-sysctls={name}.")

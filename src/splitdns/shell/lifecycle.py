@@ -208,7 +208,7 @@ class Runtime:
         names = [n for b in cfg.blocks if (r := b[directives.READY]) for n in r.probes]
         router = Router(self.server.zones.values())
         for zone in self.server.zones.values():
-            if not zone.ready and cfg.ready is not None:
+            if not zone.ready and cfg.ready is not None and not liveness.ready_alone(zone):
                 self._spawn(self._until_ready(zone, liveness.probes(zone, names, router.route)))
             if zone.loops_probed:
                 self.check_loops(zone)
