@@ -154,3 +154,24 @@ def test_the_catch_all_is_ready_when_its_upstream_refuses_the_root_but_a_chosen_
             status, body = http_get(ready, "/ready")
             assert status == 503, body
             assert "probe.example.org. answered REFUSED" in body
+
+
+def test_sighup_is_logged_and_ignored_sigusr1_reloads_and_sigterm_says_it_drains(tmp_path: Path) -> None:
+    """As CoreDNS: SIGHUP does not end the server (here it is logged as ignored), SIGUSR1 reloads
+    the Corefile (with no `reload` directive too), SIGTERM drains and exits 0, each with its line."""
+    with scripted_upstream(tmp_path, ANSWER) as up, \
+            splitdns_serve(tmp_path, f"example.org {{\n forward . {up.target}\n}}\n") as r:
+        r.process.send_signal(signal.SIGHUP)
+        poll_until("the SIGHUP line", 5, lambda: "SIGHUP" in r.stderr() or None)
+        assert r.process.poll() is None, r.stderr()
+        assert dig("a.example.org", server="127.0.0.1", port=r.port).status == "NOERROR"
+        (r.workdir / "Corefile").write_text(f"example.org example.net {{\n forward . {up.target}\n}}\n")
+        r.process.send_signal(signal.SIGUSR1)
+        poll_until("the reload", 5, lambda: "Running configuration" in r.stderr() or None)
+        assert dig("a.example.net", server="127.0.0.1", port=r.port).status == "NOERROR"
+        r.process.send_signal(signal.SIGTERM)
+        assert r.process.wait(10) == 0
+        log = r.stderr()
+    assert "[INFO] SIGHUP: ignored" in log
+    assert "[INFO] SIGUSR1: reloading" in log
+    assert "[INFO] SIGTERM: draining" in log
