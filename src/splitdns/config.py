@@ -214,6 +214,8 @@ def _unknown(st: corefile.Statement) -> ConfigError:
 def near_miss(name: str,
               known: tuple[str, ...] = directives.SUPPORTED + directives.COREDNS_ONLY) -> str | None:
     """The known directive a misspelt one most likely meant (`erors` -> `errors`), or None."""
+    if len(name) > 2 * max(map(len, known), default=0):
+        return None  # no typo of a known name; and difflib's time grows with the word's length
     found = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.75)
     return found[0] if found else None
 

@@ -58,7 +58,12 @@ def tls_context(settings: TlsSettings) -> ssl.SSLContext:
 def is_file_target(text: str) -> bool:
     """A resolv.conf path: one with a slash, or a file of that name in the working directory
     (CoreDNS's parse.HostPortOrFile tries the file when the text is no address)."""
-    return "://" not in text and address(text) is None and ("/" in text or Path(text).is_file())
+    if "://" in text or address(text) is not None:
+        return False
+    try:
+        return "/" in text or Path(text).is_file()
+    except OSError:  # a name too long for a file name is none
+        return False
 
 
 def targets(st: Statement, text: str) -> list[Upstream]:

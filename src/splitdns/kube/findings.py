@@ -9,6 +9,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from splitdns.errors import cut_long_words
+
 ERROR, WARNING, INFO = "error", "warning", "info"
 
 
@@ -177,6 +179,9 @@ class Finding:
     line: int
     code: str
     message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", cut_long_words(self.message))  # frozen: once, here
 
     @property
     def severity(self) -> str:
