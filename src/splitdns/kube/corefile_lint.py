@@ -12,6 +12,7 @@ from splitdns import config, corefile, directives
 from splitdns.codec.wire import is_subdomain, name_to_wire, suffixes
 from splitdns.directives import bind, forward
 from splitdns.errors import ConfigError
+from splitdns.kube import zone_names
 from splitdns.kube.corefile_model import Block, Forward
 from splitdns.kube.findings import Finding
 from splitdns.kube.sources import CLUSTER, POD, CorefileSource
@@ -64,7 +65,9 @@ def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
         _directives(block, effective, src, add)
         _forwards(block, src, pods, add, cluster)
         _tunnel(block, src, is_tunnel, cluster, add)
+        _uncovered(block, src, add)
     _zones(model.blocks, src, add)
+    _slips(model.blocks, src, add)
     _duplicates(model.blocks, src, add)
     _binds(model.blocks, src, add)
     # A block whose key is broken (SD100 above) might be the `.` one: no guess about it.
@@ -210,10 +213,63 @@ def _tunnel(block: Block, src: CorefileSource, is_tunnel: IsTunnel, cluster: boo
         if fwd.spec.origin != ".":
             continue
         for up in fwd.spec.upstreams:
-            why = is_tunnel(up.host)
+            why = is_tunnel(up.host) or (_private_address(up.host) if cluster else None)
             if why:
                 add(src.line(fwd.statement.where), code,
                     f"forward . {up.host}: {why}; {scope} into the tunnel")
+
+
+# RFC 1918, shared address space (CGNAT, where cloud VPNs hand out tunnel addresses) and ULA.
+_PRIVATE_NETWORKS = tuple(ipaddress.ip_network(n) for n in
+                          ("10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"))
+
+
+def _private_address(host: str) -> str | None:
+    """Why a cluster-wide `forward .` to `host` is the trap: a private address is neither the node's
+    resolver (/etc/resolv.conf) nor a public one, and a workload's tunnel DNS is one."""
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    if any(ip in net for net in _PRIVATE_NETWORKS):
+        return (f"{host} is a private address, not the node's resolver (/etc/resolv.conf): a "
+                "workload's tunnel DNS, as far as check can tell")
+    return None
+
+
+_NOT_ANSWERING = frozenset({"errors", "log", "cache", "health", "ready", "prometheus", "reload", "loop",
+                            "bind", "forward", "loadbalance", "minimal", "rewrite", "limits",
+                            "private_addresses", "debug", "pprof", "any", "metadata", "trace"})
+
+
+def _uncovered(block: Block, src: CorefileSource, add: Add) -> None:
+    """SD115: a `.` block whose forward lines all take narrower names, with nothing else that could
+    answer the rest (SERVFAIL, as `explain` says). Only `.`: a zone block forwarding only a part
+    of its zone may mean it; a catch-all that answers no public name never does."""
+    if not block.is_root or not block.forwards or block.tunnel \
+            or any(st.name not in _NOT_ANSWERING for st in block.statements) \
+            or any(f.spec.origin == "." for f in block.forwards):
+        return
+    froms = ", ".join(f.spec.origin for f in block.forwards)
+    add(src.line(block.forwards[0].statement.where), "SD115",
+        f"the `.` block forwards only {froms}: every other name (every public one) gets SERVFAIL; "
+        "add `forward . UPSTREAM` after them")
+
+
+def _slips(blocks: list[Block], src: CorefileSource, add: Add) -> None:
+    """SD114: a zone one typing slip away from the cluster domain or an earlier block's zone."""
+    first: dict[str, Block] = {}
+    for b in blocks:
+        for zone in b.zones:
+            first.setdefault(zone, b)
+    for slip, meant in zone_names.near_misses(list(first)):
+        block = first[slip]
+        if meant == zone_names.CLUSTER_DOMAIN:
+            why = "the cluster domain"
+        else:
+            why = f"the zone of block {first[meant].name} (line {src.line(first[meant].where)})"
+        add(src.line(block.where), "SD114", f"zone {slip} is one typing slip away from {meant}, {why}: "
+                                            f"did you mean {meant.rstrip('.')}?")
 
 
 def _zones(blocks: list[Block], src: CorefileSource, add: Add) -> None:

@@ -90,6 +90,16 @@ _TABLE = (
          "`{$VAR}` is read from the environment of `splitdns serve` when it starts, in the pod; "
          "there an unset variable is an error and the DNS container exits.",
          "set the variable in the DNS container's env (or envFrom); check cannot see the pod's value."),
+    Code("SD114", WARNING, "zone name one typing slip away from the cluster domain or another zone",
+         "a zone matches names letter for letter: `cluster.lcoal` or `svc.acme.internl` owns no name "
+         "anyone asks, and the names meant fall to another block (often the catch-all, which sends "
+         "them where they do not resolve).",
+         "spell the zone as meant (the message names the one it is a slip of), or keep it if it is "
+         "really a zone of its own."),
+    Code("SD115", ERROR, "catch-all block whose forwards cover only some zones",
+         "the `.` block answers every name no other block owns; a name no `forward` FROM covers (and "
+         "no local answer takes) gets SERVFAIL: every public name.",
+         "add `forward . UPSTREAM` after the narrower lines."),
     # Pod spec.
     Code("SD201", ERROR, "dnsPolicy: None without the in-pod resolver as nameserver",
          "the app's resolv.conf then bypasses the in-pod resolver (or has no nameserver at all, which "

@@ -22,10 +22,11 @@ from splitdns.kube import (
     sources,
     wireguard_conf,
     wireguard_lint,
+    zone_names,
 )
 from splitdns.kube.corefile_model import Block, Model
 from splitdns.kube.findings import Finding, ordered
-from splitdns.kube.sources import POD, CorefileSource, Inputs, Workload
+from splitdns.kube.sources import CLUSTER, POD, CorefileSource, Inputs, Workload
 
 _NOT_PRIVATE = ("cluster.local.", "in-addr.arpa.", "ip6.arpa.")
 
@@ -91,13 +92,17 @@ def _tunnel_test(src: CorefileSource, inputs: Inputs) -> corefile_lint.IsTunnel:
     """An upstream is the tunnel when an OpenVPN config routes it through the VPN, or, where a tunnel
     is in sight (an OpenVPN config given, or an `openvpn` block in this Corefile), when a private zone
     (not the cluster's, not `.`) forwards to the same address: that zone's server is behind the VPN.
+    A cluster-wide Corefile always has a tunnel in sight: its private zones are some workload's.
     Without a tunnel, a private zone and `.` sharing an upstream is just a shared upstream."""
     private: dict[str, str] = {}
+    # In the cluster's own CoreDNS a private zone's upstream is a workload's tunnel DNS whether or
+    # not its VPN config is given: no node reaches it otherwise.
     tunnel_in_sight = bool(inputs.vpn_configs or inputs.wireguard_configs) or any(
-        b.tunnel for b in src.model.blocks)
+        b.tunnel for b in src.model.blocks) or src.context == CLUSTER
     for block in src.model.blocks if tunnel_in_sight else ():
-        if not block.zones or block.is_root or any(z.endswith(_NOT_PRIVATE) for z in block.zones):
-            continue
+        if not block.zones or block.is_root or any(z.endswith(_NOT_PRIVATE) or zone_names.cluster_slip(z)
+                                                   for z in block.zones):
+            continue  # a slip of the cluster domain is the cluster's zone misspelt (SD114), not private
         for fwd in block.forwards:
             for up in fwd.spec.upstreams:
                 private.setdefault(up.host, block.zones[0])
