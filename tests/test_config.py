@@ -162,7 +162,8 @@ def test_catch_all_to_a_resolv_conf_naming_ourselves_is_refused(tmp_path: Path) 
         load(f".:53 {{\n errors\n forward . {resolv}\n}}\n")
     message = str(caught.value)
     assert message.startswith("Corefile:3: forward . sends queries to 127.0.0.1:53")
-    assert f"(read from {resolv})" in message and "this server itself" in message
+    assert f"(read from {resolv}, line 1: `nameserver 127.0.0.1`)" in message
+    assert "this server itself" in message
     assert "kube-dns" in message  # the fix, not only the diagnosis
 
 

@@ -6,6 +6,7 @@ besides the Corefile itself, and it happens here, at load, as in CoreDNS.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import ipaddress
@@ -324,8 +325,20 @@ def is_ours(host: str, port: int, ours: set[tuple[str, int]]) -> bool:
     return False
 
 
+def _nameserver_line(path: str, host: str) -> str:
+    """Where the resolv.conf at `path` names `host`, quoted: "read from /etc/resolv.conf, line 3:
+    `nameserver 127.0.0.1`" (or only the file, when it cannot be read again)."""
+    with contextlib.suppress(OSError):
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        for number, text in enumerate(lines, 1):
+            words = text.split()
+            if len(words) >= 2 and words[0] == "nameserver" and words[1].split("%")[0] == host:
+                return f"read from {path}, line {number}: `{text.strip()}`"
+    return f"read from {path}"
+
+
 def self_forward_message(spec: forward.ForwardSpec, up: forward.Upstream, block: Block) -> str:
-    via = f" (read from {up.origin})" if up.origin.startswith("/") else ""
+    via = f" ({_nameserver_line(up.origin, up.host)})" if up.origin.startswith("/") else ""
     return (
         f"forward {spec.origin} sends queries to {up}{via}, which is this server itself "
         f"(block {block.name} listens there): every query there would loop until it times out. "
