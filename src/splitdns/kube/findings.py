@@ -165,6 +165,11 @@ _TABLE = (
          "sidecar's startup probe).",
          "add `DNS = ADDRESS` (the DNS server behind the tunnel, with the zone's names after it) to the "
          "[Interface]."),
+    Code("SD307", ERROR, "wg-quick would refuse this config",
+         "the WireGuard container exits at start (wg-quick up fails), so the tunnel never comes up and "
+         "the tunnel zone never answers.",
+         "correct the line named in the message (the config starts with [Interface]; keys are 44 "
+         "characters of base64; prefixes fit the address; Endpoint is HOST:PORT)."),
     # Manifests.
     Code("SD401", ERROR, "manifest does not match the Kubernetes schema",
          "the API server of that version rejects it (strict: unknown fields such as typos fail too).",
