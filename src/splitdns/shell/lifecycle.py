@@ -89,6 +89,8 @@ class Runtime:
     _http: list[asyncio.Server] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _reload_now: asyncio.Event = field(default_factory=asyncio.Event)
+    _signalled: asyncio.Event | None = None  # set by SIGTERM, SIGINT or SIGQUIT (take_signals)
+    _quit_now: bool = False                  # SIGQUIT: no drain
     _watchers: dict[TunnelSpec, tuple[openvpn.Watcher | wireguard.Watcher, asyncio.Task[None]]] = \
         field(default_factory=dict)
 
@@ -112,12 +114,13 @@ class Runtime:
             if self.server.config.reload is not None:
                 self._spawn(self._watch_corefile())
 
-    async def run_until_signalled(self) -> int:
-        """Serve until SIGTERM or SIGINT (drain, exit 0) or SIGQUIT (exit 0 at once); every
-        signal `SIGNALS` names is logged as it arrives, so none ends the process unsaid."""
+    def take_signals(self) -> None:
+        """From now on every signal `SIGNALS` names is logged as it arrives and acted on (before
+        the banner, which tells scripts the server is up and takes signals)."""
+        if self._signalled is not None:
+            return
         loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        quit_now = [False]
+        self._signalled = asyncio.Event()
 
         def received(sig: signal.Signals) -> None:
             action = SIGNALS[sig]
@@ -127,15 +130,22 @@ class Runtime:
                     self._reload_now.set()  # the watcher reloads, and its next poll counts from now
                 else:
                     self._spawn(self._reload_quietly())
-            elif action in (STOP, QUIT):
-                quit_now[0] = quit_now[0] or action == QUIT
-                stop.set()
+            elif action in (STOP, QUIT) and self._signalled is not None:
+                self._quit_now = self._quit_now or action == QUIT
+                self._signalled.set()
 
         for sig in SIGNALS:
             loop.add_signal_handler(sig, received, sig)
+
+    async def run_until_signalled(self) -> int:
+        """Serve until SIGTERM or SIGINT (drain, exit 0) or SIGQUIT (exit 0 at once); none of the
+        signals `SIGNALS` names ends the process unsaid."""
+        self.take_signals()
+        assert self._signalled is not None
+        loop = asyncio.get_running_loop()
         try:
-            await stop.wait()
-            if quit_now[0]:
+            await self._signalled.wait()
+            if self._quit_now:
                 self.close()
             else:
                 await self.stop()
