@@ -44,7 +44,7 @@ def add_explain(commands: argparse._SubParsersAction[Parser]) -> None:
                     "block owns. Exit codes: 0 explained, 2 the Corefile cannot be read or parsed, "
                     "70 internal error.")
     p.add_argument("name", metavar="NAME", help="The name to explain, or an address (its reverse name).")
-    p.add_argument("-conf", "--conf", "--corefile", dest="conf", default="Corefile",
+    p.add_argument("-conf", "--conf", "--corefile", dest="conf", default="Corefile", metavar="FILE",
                    help="The Corefile (default ./Corefile), or the ConfigMap YAML that holds one.")
     p.add_argument("-dns.port", "--dns-port", dest="port", type=port_number, default=53,
                    help="The listener port to explain (default 53).")
@@ -105,7 +105,7 @@ def add_verify(commands: argparse._SubParsersAction[Parser]) -> None:
                    help="A name to resolve (repeat; default kubernetes.default.svc.cluster.local).")
     p.add_argument("--tcp", action="append", default=[], metavar="HOST:PORT",
                    help="A TCP path to try once names resolve, e.g. db.svc.acme.internal:5432.")
-    p.add_argument("-conf", "--conf", "--corefile", dest="conf",
+    p.add_argument("-conf", "--conf", "--corefile", dest="conf", metavar="FILE",
                    help=f"The Corefile, for the resolver's view of who owns each name (in the pod: "
                         f"{COREFILE}).")
     p.add_argument("--port", type=port_number, default=53,

@@ -68,7 +68,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
                     "-dns.port, so a pod spec written for CoreDNS works unchanged. Exit codes: "
                     "0 stopped cleanly, 1 could not start (port in use, ...), 2 bad Corefile, "
                     "70 internal error.")
-    p.add_argument("-conf", "--conf", "--corefile", dest="conf", default="Corefile",
+    p.add_argument("-conf", "--conf", "--corefile", dest="conf", default="Corefile", metavar="FILE",
                    help="The Corefile to load (default: ./Corefile).")
     p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=None,
                    help="The port of server blocks whose keys name none (default: 53).")
