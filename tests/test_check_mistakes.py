@@ -75,14 +75,14 @@ svc.acme.internl:53 {
 def test_a_misspelt_cluster_domain_is_said_on_its_own_line_with_did_you_mean(tmp_path: Path) -> None:
     """Not "private zone ... every lookup goes into the tunnel" on the catch-all's line (SD104)."""
     got = [(f.line, f.code, f.message) for f in found(tmp_path, SCENARIO)]
-    assert (9, "SD114", "zone cluster.lcoal. is one typing slip away from cluster.local., the cluster "
+    assert (9, "SD116", "zone cluster.lcoal. is one typing slip away from cluster.local., the cluster "
                         "domain: did you mean cluster.local?") in got, got
     assert not [g for g in got if g[1] == "SD104"], got
 
 
 def test_a_zone_a_slip_away_from_another_blocks_zone_gets_did_you_mean(tmp_path: Path) -> None:
     got = [(f.line, f.code, f.message) for f in found(tmp_path, SCENARIO)]
-    assert (13, "SD114", "zone svc.acme.internl. is one typing slip away from svc.acme.internal., the "
+    assert (13, "SD116", "zone svc.acme.internl. is one typing slip away from svc.acme.internal., the "
                          "zone of block svc.acme.internal.:53 (line 5): did you mean svc.acme.internal?") \
         in got, got
 
@@ -92,14 +92,14 @@ def test_a_zone_a_slip_away_from_another_blocks_zone_gets_did_you_mean(tmp_path:
 def test_names_of_their_own_are_no_slips(tmp_path: Path, zones: tuple[str, str]) -> None:
     text = ".:53 {\n forward . 10.96.0.10\n}\n" + "".join(f"{z} {{\n forward . 192.0.2.1\n}}\n"
                                                        for z in zones)
-    assert [f.message for f in found(tmp_path, text) if f.code == "SD114"] == []
+    assert [f.message for f in found(tmp_path, text) if f.code == "SD116"] == []
 
 
 def test_a_catch_all_that_forwards_only_the_cluster_domain_is_an_error_as_explain_says(
         tmp_path: Path) -> None:
     text = ".:53 {\n forward cluster.local 10.96.0.10\n}\n"
     got = [(f.line, f.code) for f in found(tmp_path, text)]
-    assert got == [(2, "SD115")]
+    assert got == [(2, "SD117")]
     assert explain("example.com", str(tmp_path / "Corefile"))[-1].endswith("the answer is SERVFAIL")
 
 
@@ -126,4 +126,4 @@ data:
 def test_numbered_zones_are_no_slips_of_each_other(tmp_path: Path) -> None:
     blocks = [f"zone{i}.example.org {{\n forward . 192.0.2.1\n}}\n" for i in (1, 2, 12, 21, 112)]
     text = ".:53 {\n forward . 10.96.0.10\n}\n" + "".join(blocks)
-    assert [f.message for f in found(tmp_path, text) if f.code == "SD114"] == []
+    assert [f.message for f in found(tmp_path, text) if f.code == "SD116"] == []

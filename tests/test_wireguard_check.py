@@ -166,7 +166,7 @@ def test_no_dns_address_for_a_wireguard_block_is_an_error_and_fine_without_one(t
 def test_what_wg_quick_would_refuse_is_a_wg_quick_error_at_its_line(
         tmp_path: Path, old: str, new: str, line: int, said: str) -> None:
     found = check(tmp_path, GOOD.replace(old, new, 1))
-    assert [(f.line, f.code, f.message) for f in found if f.code == "SD307"] == [(line, "SD307", said)]
+    assert [(f.line, f.code, f.message) for f in found if f.code == "SD308"] == [(line, "SD308", said)]
     assert not [f for f in found if f.code == "SD100"]
 
 
@@ -174,5 +174,5 @@ def test_a_config_starting_with_its_peer_is_wg_quick_not_a_corefile(tmp_path: Pa
     peer_first = GOOD[GOOD.index("[Peer]"):] + "\n" + GOOD[:GOOD.index("[Peer]")]
     assert sources.kind_of("wg0.conf", peer_first) == "wireguard"
     found = check(tmp_path, peer_first)
-    assert (1, "SD307") in codes(found) and "SD100" not in [c for _, c in codes(found)], codes(found)
-    assert "[Peer] before any [Interface]" in next(f.message for f in found if f.code == "SD307")
+    assert (1, "SD308") in codes(found) and "SD100" not in [c for _, c in codes(found)], codes(found)
+    assert "[Peer] before any [Interface]" in next(f.message for f in found if f.code == "SD308")

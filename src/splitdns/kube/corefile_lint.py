@@ -243,7 +243,7 @@ _NOT_ANSWERING = frozenset({"errors", "log", "cache", "health", "ready", "promet
 
 
 def _uncovered(block: Block, src: CorefileSource, add: Add) -> None:
-    """SD115: a `.` block whose forward lines all take narrower names, with nothing else that could
+    """SD117: a `.` block whose forward lines all take narrower names, with nothing else that could
     answer the rest (SERVFAIL, as `explain` says). Only `.`: a zone block forwarding only a part
     of its zone may mean it; a catch-all that answers no public name never does."""
     if not block.is_root or not block.forwards or block.tunnel \
@@ -251,13 +251,13 @@ def _uncovered(block: Block, src: CorefileSource, add: Add) -> None:
             or any(f.spec.origin == "." for f in block.forwards):
         return
     froms = ", ".join(f.spec.origin for f in block.forwards)
-    add(src.line(block.forwards[0].statement.where), "SD115",
+    add(src.line(block.forwards[0].statement.where), "SD117",
         f"the `.` block forwards only {froms}: every other name (every public one) gets SERVFAIL; "
         "add `forward . UPSTREAM` after them")
 
 
 def _slips(blocks: list[Block], src: CorefileSource, add: Add) -> None:
-    """SD114: a zone one typing slip away from the cluster domain or an earlier block's zone."""
+    """SD116: a zone one typing slip away from the cluster domain or an earlier block's zone."""
     first: dict[str, Block] = {}
     for b in blocks:
         for zone in b.zones:
@@ -268,7 +268,7 @@ def _slips(blocks: list[Block], src: CorefileSource, add: Add) -> None:
             why = "the cluster domain"
         else:
             why = f"the zone of block {first[meant].name} (line {src.line(first[meant].where)})"
-        add(src.line(block.where), "SD114", f"zone {slip} is one typing slip away from {meant}, {why}: "
+        add(src.line(block.where), "SD116", f"zone {slip} is one typing slip away from {meant}, {why}: "
                                             f"did you mean {meant.rstrip('.')}?")
 
 

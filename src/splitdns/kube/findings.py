@@ -90,13 +90,13 @@ _TABLE = (
          "`{$VAR}` is read from the environment of `splitdns serve` when it starts, in the pod; "
          "there an unset variable is an error and the DNS container exits.",
          "set the variable in the DNS container's env (or envFrom); check cannot see the pod's value."),
-    Code("SD114", WARNING, "zone name one typing slip away from the cluster domain or another zone",
+    Code("SD116", WARNING, "zone name one typing slip away from the cluster domain or another zone",
          "a zone matches names letter for letter: `cluster.lcoal` or `svc.acme.internl` owns no name "
          "anyone asks, and the names meant fall to another block (often the catch-all, which sends "
          "them where they do not resolve).",
          "spell the zone as meant (the message names the one it is a slip of), or keep it if it is "
          "really a zone of its own."),
-    Code("SD115", ERROR, "catch-all block whose forwards cover only some zones",
+    Code("SD117", ERROR, "catch-all block whose forwards cover only some zones",
          "the `.` block answers every name no other block owns; a name no `forward` FROM covers (and "
          "no local answer takes) gets SERVFAIL: every public name.",
          "add `forward . UPSTREAM` after the narrower lines."),
@@ -165,7 +165,7 @@ _TABLE = (
          "sidecar's startup probe).",
          "add `DNS = ADDRESS` (the DNS server behind the tunnel, with the zone's names after it) to the "
          "[Interface]."),
-    Code("SD307", ERROR, "wg-quick would refuse this config",
+    Code("SD308", ERROR, "wg-quick would refuse this config",
          "the WireGuard container exits at start (wg-quick up fails), so the tunnel never comes up and "
          "the tunnel zone never answers.",
          "correct the line named in the message (the config starts with [Interface]; keys are 44 "

@@ -102,7 +102,7 @@ def _tunnel_test(src: CorefileSource, inputs: Inputs) -> corefile_lint.IsTunnel:
     for block in src.model.blocks if tunnel_in_sight else ():
         if not block.zones or block.is_root or any(z.endswith(_NOT_PRIVATE) or zone_names.cluster_slip(z)
                                                    for z in block.zones):
-            continue  # a slip of the cluster domain is the cluster's zone misspelt (SD114), not private
+            continue  # a slip of the cluster domain is the cluster's zone misspelt (SD116), not private
         for fwd in block.forwards:
             for up in fwd.spec.upstreams:
                 private.setdefault(up.host, block.zones[0])

@@ -1,4 +1,4 @@
-"""WireGuard config checks (codes SD302-SD307): what wg-quick would refuse, AllowedIPs that take
+"""WireGuard config checks (codes SD302-SD308): what wg-quick would refuse, AllowedIPs that take
 the cluster's addresses, a `DNS =` that is the in-pod resolver itself, no PersistentKeepalive, no
 `DNS =` address at all for a `wireguard` block. (An Endpoint only the tunnel
 can resolve is lint.py's, beside OpenVPN's `remote`: it needs the Corefile's routing.)
@@ -59,7 +59,7 @@ def check(inputs: Inputs) -> list[Finding]:
     learners = [f"{src.file}:{src.line(st.where)}" for src in inputs.corefiles if src.context == POD
                 for b in src.model.blocks if (st := b.directive("wireguard")) is not None]
     for conf in inputs.wireguard_configs:
-        out += [Finding(conf.path, line, "SD307", message) for line, message in conf.errors]
+        out += [Finding(conf.path, line, "SD308", message) for line, message in conf.errors]
         out += _allowed_ips(conf, ranges)
         out += _dns_loop(conf)
         if learners and not conf.dns:

@@ -1,4 +1,4 @@
-"""Zone names one typing slip away from another (SD114): `cluster.lcoal` for the cluster domain,
+"""Zone names one typing slip away from another (SD116): `cluster.lcoal` for the cluster domain,
 `svc.acme.internl` beside `svc.acme.internal`. Found in time linear in the names' length, by
 looking up each name's slips (one letter dropped, two swapped, one replaced) in a table: a
 Corefile of 20,000 blocks must not be compared pair by pair.
