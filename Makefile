@@ -8,8 +8,10 @@ BIN := $(VENV)/bin
 # upstreams and peers (nsd, unbound, dnsmasq), dnssec-keygen/-signzone for the signed zones of
 # the differential test, OpenVPN and the namespace plumbing, Prometheus and promtool (the alerts'
 # unit tests, the dashboard's queries against a real Prometheus), tmux (`splitdns top` on a screen).
+# musl-tools: musl-gcc builds the musl getaddrinfo client of the search-walk lab (musl's resolver
+# walks a search list unlike glibc's).
 DEBIAN_PACKAGES := bind9-dnsutils bind9-utils dnsperf nsd unbound dnsmasq-base openvpn \
-	iptables iproute2 procps psmisc openssl python3-venv prometheus tmux
+	iptables iproute2 procps psmisc openssl python3-venv prometheus tmux musl-tools
 # WireGuard for the lab, userspace (no kernel module here), without recommends: wireguard-tools
 # recommends a kernel image as the provider of its module.
 WIREGUARD_PACKAGES := wireguard-go wireguard-tools
@@ -140,6 +142,7 @@ BENCH_ARGS ?=
 bench: deps-bench $(VENV)/.bench-installed
 	$(BIN)/python -m bench.check_scale
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+	$(BIN)/python -m bench.search_walk
 
 $(VENV)/.bench-installed: $(VENV)/.installed pyproject.toml
 	$(BIN)/pip install --quiet -e '.[test,webhook,bench,top]'

@@ -55,7 +55,7 @@ svc.example.org {{
 
 def write_state(path: Path, status: str, reason: str, servers: list[tuple[str, int]]) -> None:
     path.write_text(json.dumps({"status": status, "reason": reason, "servers": [list(s) for s in servers],
-                                "domains": [], "search": []}), encoding="utf-8")
+                                "domains": [], "search": [], "device": "lo"}), encoding="utf-8")
 
 
 def series(values: dict[str, float], name: str) -> list[str]:

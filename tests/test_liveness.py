@@ -74,6 +74,12 @@ def test_the_live_check_follows_the_tunnel_but_the_pod_check_does_not() -> None:
         ["corp.example.: the tunnel is down (no word from OpenVPN yet)"]
     assert liveness.problems([root, corp], None, stopping=False) == []  # /ready stays 200
     liveness.follow_tunnel(corp, TunnelState(UP, "", Pushed((("10.8.0.1", 53),))), set())
+    # Up, but the path is not proven until the tunnel's canary is answered (core.confinement).
+    round_ = corp.stats.canary.start("splitdns-canary-1.corp.example.", "tun0")
+    assert liveness.problems([root, corp], {"corp.example."}, stopping=False) == [
+        "corp.example.: the tunnel canary splitdns-canary-1.corp.example. has not been answered yet "
+        "bound to tun0"]
+    corp.stats.canary.answered(round_, dns.rcode.NXDOMAIN, None, "10.8.0.1:53", 0.0)
     assert liveness.problems([root, corp], {"corp.example."}, stopping=False) == []
 
 

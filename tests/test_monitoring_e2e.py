@@ -69,7 +69,7 @@ def ask(port: int, name: str) -> str:
 
 
 def tunnel(state: Path, status: str, reason: str, servers: tuple[tuple[str, int], ...]) -> None:
-    write_state(str(state), TunnelState(status, reason, Pushed(servers)))
+    write_state(str(state), TunnelState(status, reason, Pushed(servers), "lo"))  # servers on loopback
 
 
 def expanded(expr: str) -> str:

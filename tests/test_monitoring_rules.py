@@ -51,6 +51,15 @@ CASES: dict[str, tuple[list[dict[str, str]], list[tuple[int, list[dict[str, Any]
                              "5 minutes (reconnecting); that zone answers SERVFAIL at once, or stale "
                              "answers.")]),
         (20, [])]),
+    "SplitdnsTunnelCanaryFailing": ([
+        s("splitdns_tunnel_up", TUNNEL, "1x19 0x9"),
+        s("splitdns_tunnel_canary_passed", TUNNEL, "1x4 0x9 1x5 0x9"),  # passes again, then down
+    ], [(7, []), (12, [fired("SplitdnsTunnelCanaryFailing", TUNNEL,
+                             "The tunnel of zone svc.acme.internal. in pod shop/app-7d9f reads up, but no "
+                             "answer to its canary (a random name under the zone) has come back through "
+                             "the tunnel's interface for 5 minutes: the path to the tunnel's DNS is "
+                             "broken; /ready?zone= says how it failed.")]),
+        (17, []), (27, [])]),
     "SplitdnsZoneNotReady": ([s("splitdns_zone_ready", TZONE, "1x4 0x14 1x5")], [
         (10, []), (16, [fired("SplitdnsZoneNotReady", TZONE,
                               "Zone svc.acme.internal. in pod shop/app-7d9f has not been ready for 10 "

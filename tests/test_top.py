@@ -129,7 +129,7 @@ def test_top_in_a_terminal_follows_the_resolver(tmp_path: Path) -> None:
     with scripted_upstream(tmp_path, ANSWER, "127.0.0.21") as cluster, \
             scripted_upstream(tmp_path, ANSWER, "127.0.0.22") as vpn, \
             splitdns_serve(tmp_path, corefile(cluster.target, state, mport, rport)) as r:
-        write_state(str(state), TunnelState(UP, "up script ran", Pushed(((vpn.addr, vpn.port),))))
+        write_state(str(state), TunnelState(UP, "up script ran", Pushed(((vpn.addr, vpn.port),)), "lo"))
         poll_until("the zones ready", 5, lambda: True if http_get(rport, "/ready")[0] == 200 else None)
         top = [sys.executable, "-m", "splitdns", "top", "--url", f"http://127.0.0.1:{mport}/metrics",
                "--interval", "0.5"]

@@ -30,7 +30,9 @@ def hook(state: Path, script_type: str, **env: str) -> None:
     """Run `splitdns openvpn-hook` exactly as OpenVPN does: its own variables, no PATH."""
     subprocess.run([sys.executable, "-m", "splitdns", "openvpn-hook", "--state", str(state),
                     "tun0", "1500", "0", "10.8.0.2", "255.255.255.0", "init"],
-                   env={"script_type": script_type, **env, "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+                   # `dev`: OpenVPN names its interface; the servers here are on loopback, so lo.
+                   env={"script_type": script_type, "dev": "lo", **env,
+                        "PYTHONPATH": os.environ.get("PYTHONPATH", "")},
                    check=True, timeout=10)
 
 

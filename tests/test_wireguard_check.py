@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from splitdns import cli
-from splitdns.kube import lint, sources, wireguard_conf
+from splitdns.kube import lint, sources, tunnels, wireguard_conf
 
 GOOD = """[Interface]
 PrivateKey = yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=
-Address = 10.8.0.2/32
+Address = 10.8.0.2/32, fd00:8::2/128
 DNS = 192.168.240.1, svc.acme.internal
 
 [Peer]
@@ -48,8 +48,9 @@ def codes(found: list[lint.Finding]) -> list[tuple[int, str]]:
 
 def test_a_good_config_is_clean_and_read_as_wireguard(tmp_path: Path) -> None:
     assert check(tmp_path, GOOD) == []
-    assert sources.kind_of("wg0.conf", GOOD) == "wireguard"
-    assert sources.kind_of("client.conf", "client\nremote vpn.example 1194\ndev tun\n") == "openvpn"
+    formats = tunnels.formats()
+    assert sources.kind_of("wg0.conf", GOOD, formats) == "wireguard"
+    assert sources.kind_of("client.conf", "client\nremote vpn.example 1194\ndev tun\n", formats) == "openvpn"
 
 
 def test_a_default_route_takes_the_cluster_dns_and_the_computed_list_leaves_it_out(tmp_path: Path) -> None:
@@ -150,6 +151,15 @@ def test_no_dns_address_for_a_wireguard_block_is_an_error_and_fine_without_one(t
         "wireguard {\n        resolvconf /run/splitdns\n    }", "forward . 192.168.240.1")) == []
 
 
+def test_a_tunnel_without_ipv6_suggests_filter_aaaa_until_the_zone_has_it(tmp_path: Path) -> None:
+    v4_only = GOOD.replace("Address = 10.8.0.2/32, fd00:8::2/128", "Address = 10.8.0.2/32")
+    found = check(tmp_path, v4_only)
+    assert codes(found) == [(3, "SD307")] and found[0].severity == "info"
+    assert "filter_aaaa" in found[0].message
+    filtered = COREFILE.replace("    wireguard {", "    filter_aaaa\n    wireguard {")
+    assert check(tmp_path, v4_only, filtered) == []
+
+
 @pytest.mark.parametrize(("old", "new", "line", "said"), [
     ("yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=", "not-a-key", 2,
      "PrivateKey is not a WireGuard key: 44 characters of base64 (32 bytes), as `wg genkey` writes"),
@@ -160,7 +170,7 @@ def test_no_dns_address_for_a_wireguard_block_is_an_error_and_fine_without_one(t
      "Endpoint 203.0.113.7:wg: wg is not a port number (1 to 65535)"),
     ("203.0.113.7:51820", "vpn.example.net", 9,
      "Endpoint vpn.example.net has no port: write HOST:PORT (IPv6 as [ADDRESS]:PORT), e.g. :51820"),
-    ("Address = 10.8.0.2/32", "Address = 10.8.0.2/32\nListenPort = fifty", 4,
+    ("DNS = ", "ListenPort = fifty\nDNS = ", 4,
      "ListenPort fifty: not a port number (1 to 65535)"),
 ])
 def test_what_wg_quick_would_refuse_is_a_wg_quick_error_at_its_line(
@@ -172,7 +182,7 @@ def test_what_wg_quick_would_refuse_is_a_wg_quick_error_at_its_line(
 
 def test_a_config_starting_with_its_peer_is_wg_quick_not_a_corefile(tmp_path: Path) -> None:
     peer_first = GOOD[GOOD.index("[Peer]"):] + "\n" + GOOD[:GOOD.index("[Peer]")]
-    assert sources.kind_of("wg0.conf", peer_first) == "wireguard"
+    assert sources.kind_of("wg0.conf", peer_first, tunnels.formats()) == "wireguard"
     found = check(tmp_path, peer_first)
     assert (1, "SD308") in codes(found) and "SD100" not in [c for _, c in codes(found)], codes(found)
     assert "[Peer] before any [Interface]" in next(f.message for f in found if f.code == "SD308")

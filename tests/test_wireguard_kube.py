@@ -165,7 +165,7 @@ def test_the_webhooks_arguments_carry_the_wireguard_settings() -> None:
     args = webhook_manifests.settings_args(settings)
     assert args[args.index("--vpn") + 1] == "wireguard" and "svc.acme.internal=wireguard" in args
     again = render.injection_settings(request("inject", *args))
-    assert again.wireguard and again.vpn_image == "registry.example/wg:1"
+    assert again.adds_vpn and again.plan.vpn == "wireguard" and again.vpn_image == "registry.example/wg:1"
     routes = [(r.zone, r.upstreams, r.vpn) for r in settings.plan.routes]
     assert [(r.zone, r.upstreams, r.vpn) for r in again.plan.routes] == routes
 

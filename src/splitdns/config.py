@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from splitdns import corefile, directives
-from splitdns.directives import bind, forward, limits, logging, operations
+from splitdns.directives import autopath, bind, forward, limits, logging, operations
 from splitdns.directives._args import CIDR, domain_name, reverse_zones
 from splitdns.errors import ConfigError, Location
 
@@ -54,6 +54,17 @@ class Block:
 
     def uses(self, directive: directives.Directive[object]) -> bool:
         return directive.name in self.specs
+
+    @property
+    def tunnel(self) -> directives.Directive[directives.TunnelSpec] | None:
+        """The block's tunnel kind (its directive), if it follows a tunnel; one at most."""
+        return next((d for d in directives.tunnels() if d.name in self.specs), None)
+
+    @property
+    def tunnel_spec(self) -> directives.TunnelSpec | None:
+        """What the block's tunnel directive says, if it follows a tunnel."""
+        kind = self.tunnel
+        return None if kind is None else self.specs[kind.name]  # type: ignore[return-value]
 
     @property
     def bind(self) -> tuple[str, ...]:
@@ -161,13 +172,15 @@ def _block(sb: corefile.ServerBlock, read_files: bool = True) -> Block:
                                         f"(first at {seen[name].where})")
         seen.setdefault(name, st)
         if directive is directives.FORWARD:
-            forwards.append(forward.parse(st, read_files))
+            forwards.append(forward.parse(st, read_files, directives.tunnel_words()))
             forward_statements.append(st)
+        elif directive is directives.AUTOPATH:
+            specs[name] = autopath.parse(st, read_files)
         elif isinstance(directive, directives.Repeated):
             specs[name] = (*specs.get(name, ()), directive.parse(st))  # type: ignore[misc]
         else:
             specs[name] = directive.parse(st)
-    tunnels = [d for d in directives.steps(directives.TUNNEL_STEP) if d.name in specs]
+    tunnels = [d for d in directives.tunnels() if d.name in specs]
     tunnel = tunnels[0] if tunnels else None
     if len(tunnels) > 1:
         first, second = seen[tunnels[0].name], seen[tunnels[1].name]
@@ -180,10 +193,9 @@ def _block(sb: corefile.ServerBlock, read_files: bool = True) -> Block:
                                             where=seen[tunnel.name].where))
     for spec, st in zip(forwards, forward_statements, strict=False):
         if spec.tunnel and tunnel is None:
-            names = [d.name for d in directives.steps(directives.TUNNEL_STEP)]
-            word = next((a for a in st.args[1:] if a in names), "openvpn")
-            article = "an" if word == "openvpn" else "a"
-            raise ConfigError(st.where, f"forward {spec.origin} {word} needs {article} `{word}` "
+            kind = next(d for d in directives.tunnels() if d.tunnel and d.tunnel.word in st.args[1:])
+            article = "an" if kind.name[0] in "aeiou" else "a"
+            raise ConfigError(st.where, f"forward {spec.origin} {kind.name} needs {article} `{kind.name}` "
                                         "directive in the same block, to say where the tunnel state is")
     return Block(zones=(), port=0, where=sb.where, forwards=tuple(forwards), specs=Specs(specs))
 

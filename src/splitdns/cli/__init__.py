@@ -157,6 +157,11 @@ def main(argv: Sequence[str] | None = None, prog: str = "splitdns") -> int:
 
 
 def _main(argv: Sequence[str] | None, prog: str) -> int:
+    words = list(sys.argv[1:] if argv is None else argv)
+    if words[:2] == ["verify", "leaks"]:
+        from splitdns.cli import leaks
+
+        return leaks.main(words[2:], prog)
     parser = build_parser(prog)
     args, unknown = parser.parse_known_args(sys.argv[1:] if argv is None else argv)
     if unknown:

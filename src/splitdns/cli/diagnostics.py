@@ -11,9 +11,10 @@ from splitdns.kube.image import COREFILE
 
 def add_check(commands: argparse._SubParsersAction[Parser]) -> None:
     p = commands.add_parser(
-        "check", help="Lint Corefiles, Kubernetes YAML and OpenVPN client configs together.",
+        "check", help="Lint Corefiles, Kubernetes YAML and VPN client configs together.",
         description="Read Corefiles, Kubernetes YAML (Pod, Deployment, StatefulSet, DaemonSet, Job, "
-                    "CronJob, ConfigMap holding a Corefile) and OpenVPN client configs together, and "
+                    "CronJob, ConfigMap holding a Corefile) and VPN client configs (OpenVPN, wg-quick) "
+                    "together, and "
                     "report what would break the pod's DNS, one finding per line as "
                     "FILE:LINE: CODE SEVERITY MESSAGE, each followed by why it matters and the fix. "
                     "A Corefile the resolver would refuse is reported as FILE:LINE: SD100 error MESSAGE.",
@@ -85,7 +86,8 @@ def add_verify(commands: argparse._SubParsersAction[Parser]) -> None:
                     "TCP paths, and give one verdict that separates a naming problem from a routing "
                     "problem. Locally (inside the pod or any network namespace), or in a running pod "
                     "through kubectl; with --replace, the pod is deleted and the checks run again in "
-                    "its replacement.",
+                    "its replacement. `splitdns verify leaks` shows where the tunnel zones' queries "
+                    "leave (see its --help).",
         epilog="exit codes (one per verdict):\n"
                "  0  all good\n  1  could not run (bad arguments, kubectl failed)\n"
                "  2  the resolver is not answering (on 127.0.0.1, or --port)\n"

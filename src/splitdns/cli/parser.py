@@ -16,6 +16,7 @@ from splitdns.cli.diagnostics import (
 )
 from splitdns.cli.help import Parser
 from splitdns.cli.help import port_number as _port
+from splitdns.cli.pod_options import add_vpn
 from splitdns.cli.top import add_top
 from splitdns.kube import sizing
 from splitdns.kube.image import DEFAULT_IMAGE
@@ -62,8 +63,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     commands.required = True
 
-    p = commands.add_parser(
-        "serve", help="Run the resolver configured by a Corefile.",
+    p = commands.add_parser("serve", help="Run the resolver configured by a Corefile.",
         description="Run the resolver configured by a Corefile. Accepts CoreDNS's -conf and "
                     "-dns.port, so a pod spec written for CoreDNS works unchanged. Exit codes: "
                     "0 stopped cleanly, 1 could not start (port in use, ...), 2 bad Corefile, "
@@ -149,7 +149,7 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
                         "image.")
     p.add_argument("--coredns-image", default="coredns/coredns:1.12.1", help="The CoreDNS image.")
     p.add_argument("--app-image", default="your-app-image", help="The app image of the full example.")
-    _add_vpn(p)
+    add_vpn(p)
     p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
     p.add_argument("--output-dir", metavar="DIR", help="Write the files into DIR instead of stdout.")
@@ -200,21 +200,10 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
                    help="native (default; first init container with restartPolicy Always, Kubernetes "
                         ">= 1.29) or classic (first regular container, for older clusters).")
     p.add_argument("--image", default=DEFAULT_IMAGE, help="The splitdns image.")
-    _add_vpn(p)
+    add_vpn(p)
     p.add_argument("--openvpn-management", default="127.0.0.1:7505", dest="management", metavar="ADDR:PORT",
                    help="Where the resolver reads the VPN's pushed DNS (default 127.0.0.1:7505).")
     _add_expected_qps(p)
-
-
-def _add_vpn(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--vpn", choices=("openvpn", "wireguard"),
-                   help="The pod's VPN (default: the one the tunnel zones name, else openvpn). With "
-                        "wireguard, the pod also gets a WireGuard sidecar running wg-quick from the "
-                        "Secret wireguard-client (wg0.conf), with our resolvconf shim on its PATH.")
-    p.add_argument("--vpn-image", default="your-openvpn-client-image",
-                   help="The VPN client image: OpenVPN's in the full example, or the WireGuard sidecar's "
-                        "(wg-quick; wireguard-go without the kernel module; default "
-                        "your-wireguard-image then).")
 
 
 def _add_inject(commands: argparse._SubParsersAction[Parser]) -> None:

@@ -1,4 +1,4 @@
-"""`splitdns check`: lint Corefiles, Kubernetes YAML and OpenVPN client configs together."""
+"""`splitdns check`: lint Corefiles, Kubernetes YAML and VPN client configs together."""
 
 from __future__ import annotations
 

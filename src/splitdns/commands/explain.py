@@ -90,11 +90,20 @@ def explain(name: str, path: str, port: int = config.DEFAULT_PORT) -> list[str]:
         # The block as `serve` builds it (rewrite, template, hosts), when serve would load the file.
         full = next((Zone(b) for b in loaded.blocks if (b.zones, b.port) == (block.zones, block.port)),
                     None) if loaded is not None else None
-        lines += _inside(block, owner, wire, loc, full)
+        lines += _made_here(full, wire) or _inside(block, owner, wire, loc, full)
     lines += _lookalikes(qname, [z for b in blocks for z in b.zones])
     if refused and src.context != sources.CLUSTER:  # the cluster's CoreDNS is not ours to serve
         lines.append(refused)
     return lines
+
+
+def _made_here(zone: Zone | None, wire: bytes) -> list[str]:
+    """A name the block answers itself, by `k8s_schema` (the leak guard needs the pod's search
+    list, which is the pod's resolv.conf, not this machine's)."""
+    if zone is None or zone.guard is None or zone.guard.decide(question_query(wire, 1), count=False) is None:
+        return []
+    return ["  answered here: NXDOMAIN with the zone's SOA, a name the Kubernetes DNS schema rules out "
+            "(k8s_schema); never sent upstream"]
 
 
 def _corefile(path: str) -> sources.CorefileSource:
@@ -110,15 +119,9 @@ def _corefile(path: str) -> sources.CorefileSource:
 
 def _inside(block: corefile_model.Block, zone: Zone, wire: bytes,
             loc: Callable[[Location | None], str], full: Zone | None = None) -> list[str]:
-    if block.tunnel:
-        st = block.directive("openvpn")
-        if st is not None:
-            return [f"  upstreams: the DNS servers the VPN server pushes, learned at run time "
-                    f"(openvpn, {loc(st.where)})"]
-        st = block.directive("wireguard")
-        assert st is not None
-        return [f"  upstreams: the DNS servers of the wg-quick config's DNS = line, learned at run "
-                f"time (wireguard, {loc(st.where)})"]
+    st, kind = block.tunnel_statement, block.tunnel_kind
+    if st is not None and kind is not None:
+        return [f"  upstreams: {kind.learned}, learned at run time ({st.name}, {loc(st.where)})"]
     answered = _kubernetes(block, wire, loc)
     if answered is not None:
         return answered

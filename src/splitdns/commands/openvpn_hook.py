@@ -12,6 +12,7 @@ import os
 import sys
 from collections.abc import Mapping
 
+from splitdns.core import openvpn as openvpn_words
 from splitdns.core import tunnel
 from splitdns.shell import openvpn
 
@@ -22,11 +23,13 @@ DOWN_SCRIPTS = ("down", "route-pre-down")
 def state_of(env: Mapping[str, str]) -> tunnel.TunnelState | None:
     script = env.get("script_type", "")
     if script in UP_SCRIPTS:
-        return tunnel.TunnelState(tunnel.UP, f"{script} script ran", tunnel.from_env(env))
+        # `dev`: the interface OpenVPN opened, which the zone's upstream sockets are bound to.
+        return tunnel.TunnelState(tunnel.UP, f"{script} script ran", openvpn_words.from_env(env),
+                                  env.get("dev", ""))
     if script in DOWN_SCRIPTS:
         why = env.get("signal", "")
         return tunnel.TunnelState(tunnel.DOWN, f"{script} script ran" + (f" ({why})" if why else ""),
-                                  tunnel.from_env(env))
+                                  openvpn_words.from_env(env))
     return None
 
 

@@ -43,7 +43,9 @@ class Request:
     app_image: str = manifests.DEFAULT_APP_IMAGE
     vpn_image: str = manifests.DEFAULT_VPN_IMAGE
     management: str = "127.0.0.1:7505"
-    vpn: str | None = None            # openvpn or wireguard; None: what the tunnel zones name
+    vpn: str | None = None            # a tunnel's word (kube/tunnels.py); None: what the zones name
+    filter_aaaa: bool = False         # the tunnel zones answer AAAA with NODATA
+    no_autopath: bool = False         # leave out autopath and k8s_schema (--no-autopath)
     output_dir: str | None = None
     webhook_namespace: str = "splitdns-system"
     reads_cluster: bool = True  # False for `splitdns webhook`, which has no --cluster-dns-from-cluster
@@ -93,11 +95,10 @@ def injection_settings(req: Request, excluded: tuple[str, ...] = ()) -> Settings
 
 def vpn_image(req: Request, plan: Plan) -> str:
     """--vpn-image, or the placeholder that names the plan's VPN."""
-    from splitdns.kube import wireguard_pod
-    from splitdns.kube.plan import WIREGUARD
+    from splitdns.kube import tunnels
 
-    if plan.vpn == WIREGUARD and req.vpn_image == manifests.DEFAULT_VPN_IMAGE:
-        return wireguard_pod.DEFAULT_IMAGE
+    if req.vpn_image == manifests.DEFAULT_VPN_IMAGE:
+        return tunnels.of(plan.vpn).default_image
     return req.vpn_image
 
 
@@ -136,7 +137,8 @@ def build_plan(req: Request) -> Plan:
     return build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
                  else req.resolver, namespace=req.namespace, cluster_domain=req.cluster_domain,
                  ndots=req.ndots, management=req.management, cluster_wide=form == "cluster-wide",
-                 reads_cluster=req.reads_cluster, vpn=req.vpn)
+                 reads_cluster=req.reads_cluster, vpn=req.vpn, filter_aaaa=req.filter_aaaa,
+                 autopath=not req.no_autopath)
 
 
 def run(req: Request, webhook_settings: WebhookSettings | None = None) -> int:

@@ -16,7 +16,7 @@ import dns.rcode
 
 from splitdns.codec import entries, wire
 from splitdns.codec.entries import Entry
-from splitdns.codec.reply import Reply
+from splitdns.codec.reply import Reply, read_canonical
 from splitdns.core import answers
 from splitdns.directives.cache import CacheSpec
 
@@ -159,6 +159,13 @@ class Cache:
         while self.bytes > self.max_bytes and (self._success or self._denial):
             self._evict(self._success if len(self._success) >= len(self._denial) else self._denial)
         return entry
+
+    def keep(self, q: wire.Query, out: bytes, now: float) -> None:
+        """Store a reply made here (a guard's, autopath's), so that the next client of the
+        name is a hit on the hot path."""
+        reply = read_canonical(out)
+        if reply is not None:
+            self.put(q.key, q.name, reply, now)
 
     def _evict(self, table: OrderedDict[bytes, Entry]) -> None:
         key, entry = table.popitem(last=False)  # the least recently used; O(1) on an OrderedDict

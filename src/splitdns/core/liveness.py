@@ -9,7 +9,8 @@ would not bring a tunnel back, and it would cut the cluster names too; the tunne
 answers at once (SERVFAIL with a reason, or stale) while it is down. `/ready` goes 503 again
 only for what the pod itself must fix or is doing: a forwarding loop, or shutting down.
 `/ready?zone=Z` is live: 503 while Z has not answered yet, while all its upstreams are marked
-down, while its tunnel is down, or while it loops.
+down, while its tunnel is down or its canary (core/confinement.py) has not been answered
+since the tunnel came up, or while it loops.
 
 Sans-io: no sockets, no clock (`now` comes in), no logging (lines are returned); the
 zone's readiness and tunnel state are set here.
@@ -90,6 +91,8 @@ def live(zone: Zone) -> tuple[bool, str]:
         return False, zone.loop.error
     if zone.tunnel is not None and not zone.tunnel.up:
         return False, zone.tunnel.describe()
+    if zone.tunnel is not None and not zone.stats.canary.passed:
+        return False, zone.stats.canary.reason  # the path is not proven yet (core.confinement)
     if not zone.ready:
         return False, zone.not_ready_reason
     for fwd in zone.forwards:
@@ -118,6 +121,12 @@ def problems(zones: Iterable[Zone], wanted: set[str] | None, stopping: bool) -> 
     return ["shutting down", *found] if stopping else found
 
 
+def proofs(zones: Iterable[Zone], wanted: set[str]) -> list[str]:
+    """What a 200 of `/ready?zone=` adds for the tunnel zones asked: their canary's answer."""
+    return [f"{z.name}: {z.stats.canary.reason}" for z in zones
+            if set(z.block.zones) & wanted and z.tunnel is not None and z.stats.canary.passed]
+
+
 @dataclass(frozen=True)
 class TunnelChange:
     """What the lifecycle carries out after the zone followed its tunnel: names to route to
@@ -135,7 +144,8 @@ def follow_tunnel(zone: Zone, state: TunnelState, ours: set[tuple[str, int]],
     once; other new servers are probed for a loop where the block asks for it (`loop`)."""
     zone.tunnel = state
     learn = state.pushed.domains if zone.learns_domains and state.pushed.domains else None
-    ups = [Upstream(host, port, origin) for host, port in state.pushed.servers]
+    device = state.device or None  # core.confinement chose it: the tunnel's interface, or none
+    ups = [Upstream(host, port, origin, device=device) for host, port in state.pushed.servers]
     changed = any([f.set_upstreams(ups) for f in zone.forwards if f.spec.tunnel])
     if not (changed and ups):
         return TunnelChange(learn, None, False)

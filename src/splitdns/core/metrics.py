@@ -12,6 +12,8 @@ from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from splitdns.core.confinement import Canary
+
 # CoreDNS: prometheus.ExponentialBuckets(0.00025, 2, 16)
 BUCKETS = tuple(0.00025 * 2 ** i for i in range(16))
 MONITORED_TYPES = {1: "A", 28: "AAAA", 5: "CNAME", 2: "NS", 12: "PTR", 6: "SOA", 15: "MX",
@@ -96,7 +98,10 @@ class ZoneStats:
         default_factory=lambda: defaultdict(Histogram))
     loops_detected: int = 0
     private_removed: int = 0  # addresses `private_addresses` took out of replies
+    # Names answered here from what the pod knows (core/names.py), by kind.
+    guarded: dict[str, int] = field(default_factory=lambda: {"leak": 0, "impossible": 0, "no_ipv6": 0})
     tunnel: TunnelSince = field(default_factory=lambda: TunnelSince())
+    canary: Canary = field(default_factory=Canary)  # the latest tunnel-up's canary (confinement)
 
     def answered(self, proto: str, family: str, qtype: int, reply: bytes, seconds: float,
                  qsize: int = 0, plugin: str = FORWARD) -> None:

@@ -33,6 +33,17 @@ refresh goes upstream; after a refresh is tried, the next waits STALE_RECHECK (R
 a dead upstream is not asked again by every client of a stale name. `begin` returns an
 `Answer` (bytes now, perhaps a refresh behind) or a `Forward` (what to ask, of which forward).
 
+Where the Corefile names the pod's resolv.conf (`autopath`), the zones know the search list
+every client walks (names.py, search.py; which guard applies to which zone is decided at
+load). After `hosts` and the tunnel's state, a zone answers NXDOMAIN itself for a try that put
+a search suffix after a name another zone owns (a private name never leaves its tunnel that
+way), for a name the Kubernetes DNS schema rules out (`k8s_schema`), and NODATA for AAAA where
+the tunnel carries no IPv6 (`filter_aaaa`); these answers are cached like any other. A
+client's first try (NAME under the first search domain) is decided as any query, and
+`autopath` hands the shell a `Search` with the tries that follow: the shell resolves each
+through the router (none starts a walk of its own) until one is not NXDOMAIN, and the client
+gets it under a CNAME from the name it asked, kept in the asking zone's cache.
+
 `Zone.depart` joins the query to the identical one already in flight, so one upstream
 exchange answers them all, or starts a `Flight` (flight.py), or refuses it when `limits
 pending` exchanges are already waiting. The flight owns the miss from there: an `Exchange`

@@ -19,10 +19,10 @@ handshake older than 180 s plus a margin means no peer has answered for that lon
 
 from __future__ import annotations
 
-import ipaddress
 import re
 from dataclasses import dataclass
 
+from splitdns.core import tunnel
 from splitdns.core.tunnel import DOWN, UNKNOWN, UP, Pushed, TunnelState
 
 REJECT_AFTER_TIME = 180.0
@@ -71,7 +71,7 @@ def from_resolvconf(text: str) -> Dns:
     for line in text.splitlines():
         words = line.split("#", 1)[0].split()
         if len(words) >= 2 and words[0] == "nameserver":
-            address = _ip(words[1])
+            address = tunnel.address(words[1])
             if address is not None and address not in servers:
                 servers.append(address)
         elif words and words[0] in ("search", "domain"):
@@ -93,7 +93,7 @@ def from_config(text: str) -> Dns:
         if not sep or section != "interface" or key.strip().lower() != "dns":
             continue
         for item in value.replace(",", " ").split():
-            address = _ip(item)
+            address = tunnel.address(item)
             if address is not None:
                 if address not in servers:
                     servers.append(address)
@@ -194,14 +194,6 @@ def _pushed(seen: Seen) -> Pushed:
     return seen.config.pushed() if seen.config is not None else Pushed()
 
 
-def _ip(text: str) -> str | None:
-    try:
-        return str(ipaddress.ip_address(text.strip().strip("[]")))
-    except ValueError:
-        return None
-
-
 def _domain(text: str) -> str:
     # `~corp.example`: systemd-resolved's spelling of a routing-only domain; the name is the same.
-    text = text.strip().lower().lstrip("~").rstrip(".")
-    return f"{text}." if text else ""
+    return tunnel.domain(text.strip().lstrip("~"))

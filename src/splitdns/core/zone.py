@@ -2,7 +2,7 @@
 
 `begin` walks the block's per-query steps in the registry's order (as CoreDNS's plugin.cfg
 orders its plugins): `cache`, then `rewrite`, `template` and `hosts` (local.py), `loop`,
-`openvpn` (the tunnel's state), `forward`. `loadbalance` wraps every answer, `private_addresses`
+a tunnel's directive (its state), `forward`. `loadbalance` wraps every answer, `private_addresses`
 and `minimal` act on the upstream's reply as its flight settles (flight.py), `errors`
 and `log` are lines the shell writes.
 Sans-io: no sockets, no clock (`now` comes in), no logging (decisions carry `Note`s); it
@@ -33,8 +33,10 @@ from splitdns.core.flight import Flight
 from splitdns.core.local import Local, Rewritten, steps_of
 from splitdns.core.loop import LoopGuard, LoopProbes
 from splitdns.core.metrics import ZoneStats
+from splitdns.core.names import NameGuard, Pod, guard_for, guard_step
 from splitdns.core.rebinding import PrivateFilter
-from splitdns.core.tunnel import TunnelState
+from splitdns.core.search import AutoPath, Search, made_here, search_step
+from splitdns.core.tunnel import TunnelState, not_heard
 from splitdns.directives import loadbalance
 
 if TYPE_CHECKING:
@@ -48,14 +50,17 @@ Step = Callable[["Zone", wire.Query, float, "_Walk"], "Answer | Forward | None"]
 
 
 class _Walk:
-    """What the steps of one `begin` learn on the way (a miss, a rewrite, the forward)."""
+    """What the steps of one `begin` learn on the way (a miss, a rewrite, the forward, the
+    search walk that follows the query)."""
 
-    __slots__ = ("fwd", "fwd_chosen", "rewritten")
+    __slots__ = ("fwd", "fwd_chosen", "rewritten", "search", "searching")
 
-    def __init__(self) -> None:
+    def __init__(self, searching: bool) -> None:
         self.rewritten: Rewritten | None = None
         self.fwd: ForwardState | None = None
         self.fwd_chosen = False  # `fwd` is the forward for the query (the tunnel step chose it)
+        self.searching = searching  # a client's query, not a try of a walk already under way
+        self.search: Search | None = None
 
 
 class Zone:
@@ -75,15 +80,20 @@ class Zone:
         self.ready = False           # latched once the zone answered through its upstreams
         self.not_ready_reason = "no probe has been answered yet"
         self.loop = LoopGuard(self.name, self.stats, self.upstream_list, loop_probes)
-        tunnel = any(block.uses(d) for d in directives.steps(directives.TUNNEL_STEP))
-        self.tunnel: TunnelState | None = TunnelState() if tunnel else None
-        vpn = block[directives.OPENVPN] or block[directives.WIREGUARD]
+        kind, vpn = block.tunnel, block.tunnel_spec
+        self.tunnel: TunnelState | None = None
+        if kind is not None and kind.tunnel is not None:
+            self.tunnel = not_heard(kind.tunnel.display)
         self.learns_domains = vpn is not None and vpn.domains  # routes the domains pushed to it
         self.loops_probed = block.uses(directives.LOOP)
         spec = block[directives.PRIVATE_ADDRESSES]
         self.private = PrivateFilter(spec) if spec is not None else None
         self.local = Local(block) if steps_of(block) else None  # rewrite, template, hosts
         self.turn: int | None = 0 if block.uses(directives.LOADBALANCE) else None  # rotations so far
+        spec_of_path = block[directives.AUTOPATH]
+        self.autopath = AutoPath(spec_of_path.zones or block.zones, spec_of_path.search) \
+            if spec_of_path is not None else None
+        self.guard: NameGuard | None = guard_for(block, self.tunnel is not None, None, self.stats.guarded)
         # How each reply the block keeps is rewritten (`minimal`, `loadbalance`'s order).
         self.reshapes = tuple(d.reshape for d in directives.REGISTRY
                               if d.reshape is not None and block.uses(d))
@@ -103,6 +113,12 @@ class Zone:
     def name(self) -> str:
         return self.block.zones[0]
 
+    def know_pod(self, pod: Pod | None) -> None:
+        """What the server knows of its pod (the search list, the names that must not leave
+        their zone), given after every load: which guards apply here is decided now."""
+        self.guard = guard_for(self.block, self.tunnel is not None, pod, self.stats.guarded)
+        self.steps = steps_for(self)
+
     @property
     def loop_error(self) -> str | None:
         """Why the zone loops, while a forwarding loop is known (`self.loop` decides)."""
@@ -113,16 +129,17 @@ class Zone:
 
     # -- a query: begin, depart (then its flight: flight.py), finish ---------------------------
 
-    def begin(self, q: wire.Query, now: float) -> Answer | Forward:
+    def begin(self, q: wire.Query, now: float, searching: bool = True) -> Answer | Forward | Search:
         """The answer now, or the upstream exchange to make: what the zone knows at once
-        (`known`), else the rest of the block's steps in order (`walk`)."""
+        (`known`), else the rest of the block's steps in order (`walk`). `searching` False:
+        `q` is a try of a search walk under way (search.py), which starts none of its own."""
         known = self.known(q, now)
         if known is not None:
             self.stats.cache_hits += 1
             if known.entry[16]:  # entries.KINDS: a denial or SERVFAIL entry
                 self.stats.denial_hits += 1
             return Answer(known.reply, known.refresh)
-        return self.walk(q, now)
+        return self.walk(q, now, searching)
 
     def known(self, q: wire.Query, now: float) -> Known | None:
         """The step the UDP hot path runs for every datagram, and `begin` first: a fresh cache
@@ -157,14 +174,18 @@ class Zone:
         return Known(out, entry, ttl, held, turns, refresh,
                      self.replay_local if held is not None else self.replay_cached)
 
-    def walk(self, q: wire.Query, now: float) -> Answer | Forward:
-        """The block's steps after what `known` answers, in the registry's order."""
-        walk = _Walk()
+    def walk(self, q: wire.Query, now: float, searching: bool = True) -> Answer | Forward | Search:
+        """The block's steps after what `known` answers, in the registry's order; a `Search`
+        when `autopath` goes on with the client's walk after this query's own decision."""
+        walk = _Walk(searching)
         for step in self.steps:
             decided = step(self, q, now, walk)
             if decided is not None:
                 if self.turn is not None and isinstance(decided, Answer):
-                    return Answer(self.balanced(decided.reply), decided.refresh, decided.notes)
+                    decided = Answer(self.balanced(decided.reply), decided.refresh, decided.notes)
+                if walk.search is not None:
+                    walk.search.first = decided
+                    return walk.search
                 return decided
         raise AssertionError("the forward step decides every query")  # steps_for ends with it
 
@@ -217,8 +238,8 @@ class Zone:
     def prefetch(self, q: wire.Query, entry: Entry, now: float) -> Forward | None:
         """A popular entry close to its expiry: the exchange to refresh it in the background."""
         assert self.cache is not None
-        if not self.cache.prefetch_due(q.key, entry, now):
-            return None
+        if not self.cache.prefetch_due(q.key, entry, now) or made_here(self, q, now):
+            return None  # a guard's or an autopath walk's answer: asking upstream would undo it
         rewritten = None
         if self.local is not None:  # ask upstream what a miss would ask (rewrite)
             made = self.local.decide(q)
@@ -356,6 +377,8 @@ class Zone:
 # them, in the same order).
 _STEPS: dict[str, Step] = {
     directives.LOCAL_STEP: Zone._local_step,
+    directives.SEARCH_STEP: search_step,
+    directives.GUARD_STEP: guard_step,
     directives.LOOP_STEP: Zone._loop_step,
     directives.TUNNEL_STEP: Zone._tunnel_step,
     directives.FORWARD_STEP: Zone._forward_step,
@@ -368,7 +391,9 @@ _ALWAYS = (directives.LOOP_STEP, directives.FORWARD_STEP)
 def steps_for(zone: Zone) -> tuple[Step, ...]:
     """The zone's steps, in the registry's order: each once, only those its block uses."""
     block = zone.block
+    guarded = zone.guard is not None  # the guards that apply were chosen at load (names.py)
     chosen = [_STEPS[d.step] for d in directives.REGISTRY if d.step in _STEPS
-              and (d.step in _ALWAYS or block.uses(d))]
+              and (d.step in _ALWAYS or (d.step == directives.GUARD_STEP and guarded)
+                   or (d.step != directives.GUARD_STEP and block.uses(d)))]
     return tuple(dict.fromkeys(chosen))
 

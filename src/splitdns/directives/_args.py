@@ -145,3 +145,20 @@ def unknown_option(opt: Statement, directive: str, known: tuple[str, ...]) -> Co
         opt.where,
         f"{directive}: unknown option {opt.name!r}{hint}; supported: {', '.join(known)}",
     )
+
+
+def on_off(opt: Statement, what: str) -> bool:
+    """`WHAT on|off`, nothing else: a switch whose default matters says so in the file."""
+    arity(opt, 1, 1, f"{what} on|off")
+    word = opt.args[0].lower()
+    if word not in ("on", "off"):
+        raise ConfigError(opt.where, f"{what}: say on or off, not {opt.args[0]!r}")
+    return word == "on"
+
+
+def interface_name(st: Statement, name: str, directive: str) -> str:
+    """A Linux interface name (IFNAMSIZ: 1 to 15 bytes, no slash, colon or white space)."""
+    if not 0 < len(name.encode()) <= 15 or any(c in name for c in "/: \t") or name in (".", ".."):
+        raise ConfigError(st.where, f"{directive}: {name!r} is not a network interface name "
+                                    "(1 to 15 characters, no slash, colon or space)")
+    return name

@@ -24,9 +24,9 @@ Syntax (CoreDNS's, minus DoH, gRPC and hostnames):
     }
 
 TO is `IP`, `IP:PORT`, `[IPv6]:PORT`, `dns://` before any of them, the path of a
-resolv.conf file whose `nameserver` lines are read once, at load, or `openvpn`: the
-servers the VPN server pushes (the block needs an `openvpn` directive), or `wireguard`: the
-DNS servers of the block's `wireguard` tunnel. `tls://IP[:PORT]`
+resolv.conf file whose `nameserver` lines are read once, at load, or a tunnel's word
+(`openvpn`, `wireguard`: the registry's tunnel kinds): the DNS servers of the block's tunnel,
+learned at run time (the block needs that tunnel's directive). `tls://IP[:PORT]`
 is DNS over TLS (port 853 by default): the certificate is verified against the system's
 CAs or `tls`'s CA file, for `tls_servername` (else the IP address itself), with a client
 certificate when `tls` names one; connections are kept for `expire` and reused, and none
@@ -51,6 +51,7 @@ anyway); `max_fails 0` never marks an upstream down.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Collection
 from dataclasses import dataclass, field, replace
 
 import dns.rcode
@@ -80,7 +81,7 @@ class ForwardSpec:
     origin: str                       # FROM, normalised
     upstreams: tuple[Upstream, ...]
     files: tuple[str, ...] = ()       # resolv.conf paths named as TO, as written
-    tunnel: bool = False              # TO is `openvpn`: the servers the VPN pushes, at run time
+    tunnel: bool = False              # TO is a tunnel's word: its DNS servers, at run time
     excepts: tuple[str, ...] = ()
     policy: str = "random"
     max_fails: int = 2
@@ -102,9 +103,10 @@ class ForwardSpec:
     where: Location | None = field(default=None, compare=False)  # the `forward` line
 
 
-def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
+def parse(st: Statement, read_files: bool = True, tunnel_words: Collection[str] = ()) -> ForwardSpec:
     """The spec of one `forward` line. With read_files False (linting a Corefile meant for
-    another machine), resolv.conf targets are only recorded in `files`, not read."""
+    another machine), resolv.conf targets are only recorded in `files`, not read.
+    `tunnel_words`: the TOs that stand for a tunnel's DNS (the registry's tunnel kinds)."""
     _args.arity(st, 2, None, USAGE)
     # A network stands for its reverse zones, and CoreDNS's forward keeps the first of them
     origin = _args.zones(st, st.args[0], "forward FROM")[0]
@@ -112,7 +114,7 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
     files: list[str] = []
     tunnel = False
     for text in st.args[1:]:
-        if text in ("openvpn", "wireguard"):
+        if text in tunnel_words:
             tunnel = True
             continue
         if targets.is_file_target(text):
@@ -130,8 +132,8 @@ def parse(st: Statement, read_files: bool = True) -> ForwardSpec:
     if len(upstreams) > MAX_UPSTREAMS:
         raise ConfigError(st.where, f"forward: more than {MAX_UPSTREAMS} upstreams")
     if tunnel and (upstreams or files):
-        raise ConfigError(st.where, "forward: `openvpn` or `wireguard` cannot be mixed with fixed "
-                                    "upstreams")
+        word = next(text for text in st.args[1:] if text in tunnel_words)
+        raise ConfigError(st.where, f"forward: `{word}` cannot be mixed with fixed upstreams")
     options: dict[str, object] = {"where": st.where, "files": tuple(files),
                                   "tunnel": tunnel}
     tls: dict[str, str] = {}

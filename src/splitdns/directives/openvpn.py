@@ -6,11 +6,18 @@ Syntax:
         management ADDRESS|PATH [PASSWORD_FILE]   the client's --management (TCP or unix socket)
         state PATH                                the file `splitdns openvpn-hook` writes
         domains                                   also own the domains the server pushes
+        interface NAME                            the tunnel's interface (default: OpenVPN's `dev`)
+        bind_to_tunnel on|off                     queries leave only by the tunnel (default on)
     }
 
 A block with `openvpn` and no `forward` forwards everything to the pushed servers, failing
 fast: `failfast_all_unhealthy_upstreams`, `max_fails 1`. `forward FROM openvpn { ... }`
 does the same with the options you choose.
+
+The zone's upstream sockets are bound to the tunnel's interface (SO_BINDTODEVICE), which
+OpenVPN names: `dev` in its UPDOWN block and its scripts' environment, `TUN/TAP device X
+opened` in its log. `interface` names it when none of those reach us; `bind_to_tunnel off`
+lets the routing table choose, and the zone's queries may then leave by another interface.
 """
 
 from __future__ import annotations
@@ -21,7 +28,9 @@ from splitdns.corefile import Statement
 from splitdns.directives import _args
 from splitdns.errors import ConfigError
 
-USAGE = "openvpn { management ADDRESS|PATH [PASSWORD_FILE]; state PATH; domains }"
+USAGE = ("openvpn { management ADDRESS|PATH [PASSWORD_FILE]; state PATH; domains; interface NAME; "
+         "bind_to_tunnel on|off }")
+OPTIONS = ("management", "state", "domains", "interface", "bind_to_tunnel")
 
 
 @dataclass(frozen=True)
@@ -30,6 +39,12 @@ class OpenVPNSpec:
     password_file: str | None = None
     state_file: str | None = None
     domains: bool = False
+    interface: str | None = None        # None: the `dev` OpenVPN reports
+    bind_to_tunnel: bool = True
+
+    @property
+    def dns_origin(self) -> str:
+        return "pushed by the VPN server"
 
     @property
     def management_tcp(self) -> tuple[str, int] | None:
@@ -60,8 +75,13 @@ def parse(st: Statement) -> OpenVPNSpec:
         elif opt.name == "domains":
             _args.arity(opt, 0, 0, "domains")
             values["domains"] = True
+        elif opt.name == "interface":
+            _args.arity(opt, 1, 1, "interface NAME")
+            values["interface"] = _args.interface_name(opt, opt.args[0], "openvpn")
+        elif opt.name == "bind_to_tunnel":
+            values["bind_to_tunnel"] = _args.on_off(opt, "bind_to_tunnel")
         else:
-            raise _args.unknown_option(opt, "openvpn", ("management", "state", "domains"))
+            raise _args.unknown_option(opt, "openvpn", OPTIONS)
     if "management" not in values and "state_file" not in values:
         raise ConfigError(st.where, f"openvpn: say where the tunnel's state comes from; usage: {USAGE}")
     return OpenVPNSpec(**values)  # type: ignore[arg-type]

@@ -39,6 +39,7 @@ class Upstream:
     origin: str  # how the user wrote it, or the resolv.conf it came from
     tls: TlsSettings | None = None  # DNS over TLS (tls://)
     source: str | None = None  # `source_address`: the local address queries leave from
+    device: str | None = None  # the interface queries may only leave by (a tunnel's: SO_BINDTODEVICE)
 
     def __str__(self) -> str:
         return host_port(self.host, self.port)

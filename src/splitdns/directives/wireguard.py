@@ -8,10 +8,13 @@ Syntax:
         interface NAME            the tunnel's interface (default: the config's name, else wg0)
         max_handshake_age DUR     older than this, the tunnel is down (default 195s)
         domains                   also own the search domains of the DNS = line
+        bind_to_tunnel on|off     queries leave only by the interface (default on)
     }
 
 As with `openvpn`, a block with `wireguard` and no `forward` forwards everything to the
-tunnel's servers, failing fast; `forward FROM wireguard { ... }` chooses the options.
+tunnel's servers, failing fast; `forward FROM wireguard { ... }` chooses the options. The
+zone's upstream sockets are bound to the interface (SO_BINDTODEVICE); `bind_to_tunnel off`
+lets the routing table choose, and the zone's queries may then leave by another interface.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ from splitdns.directives import _args
 from splitdns.errors import ConfigError
 
 USAGE = ("wireguard { resolvconf DIR; config PATH; interface NAME; max_handshake_age DURATION; "
-         "domains }")
+         "domains; bind_to_tunnel on|off }")
 DEFAULT_INTERFACE = "wg0"
 DEFAULT_MAX_AGE = 195.0  # WireGuard's REJECT_AFTER_TIME (180 s) and a margin
 _IFACE_CHARS = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_=+.-")
@@ -37,6 +40,11 @@ class WireGuardSpec:
     interface: str = DEFAULT_INTERFACE
     max_age: float = DEFAULT_MAX_AGE
     domains: bool = False
+    bind_to_tunnel: bool = True
+
+    @property
+    def dns_origin(self) -> str:
+        return f"the DNS = line of WireGuard interface {self.interface}"
 
     @property
     def recorded(self) -> str | None:
@@ -68,9 +76,11 @@ def parse(st: Statement) -> WireGuardSpec:
         elif opt.name == "domains":
             _args.arity(opt, 0, 0, "domains")
             values["domains"] = True
+        elif opt.name == "bind_to_tunnel":
+            values["bind_to_tunnel"] = _args.on_off(opt, "bind_to_tunnel")
         else:
-            raise _args.unknown_option(opt, "wireguard",
-                                       ("resolvconf", "config", "interface", "max_handshake_age", "domains"))
+            raise _args.unknown_option(opt, "wireguard", ("resolvconf", "config", "interface",
+                                                          "max_handshake_age", "domains", "bind_to_tunnel"))
     if "resolvconf" not in values and "config" not in values:
         raise ConfigError(st.where, f"wireguard: say where the tunnel's DNS comes from; usage: {USAGE}")
     if "interface" not in values and isinstance(values.get("config"), str):

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from splitdns import config, corefile, directives
 from splitdns.codec.wire import is_subdomain, name_to_wire, suffixes
+from splitdns.core import names
 from splitdns.directives import bind, forward
 from splitdns.errors import ConfigError
 from splitdns.kube import zone_names
@@ -66,6 +67,7 @@ def check(src: CorefileSource, resolver: str, pods: list[PodResolvConf],
         _forwards(block, src, pods, add, cluster)
         _tunnel(block, src, is_tunnel, cluster, add)
         _uncovered(block, src, add)
+        _unbound(block, src, add)
     _zones(model.blocks, src, add)
     _slips(model.blocks, src, add)
     _duplicates(model.blocks, src, add)
@@ -102,12 +104,13 @@ def _resolver_verdict(src: CorefileSource) -> list[Finding]:
     if any(errs for b in src.model.blocks for errs in b.errors):
         return []
     try:
-        config.build(list(_server_blocks(src)), src.file, config.DEFAULT_PORT, read_files=False)
+        built = config.build(list(_server_blocks(src)), src.file, config.DEFAULT_PORT, read_files=False)
     except ConfigError as err:
         if src.model.deferred(err.where):
             return []  # that line's meaning is the pod's environment's to give
         return [Finding(src.file, src.line(err.where), "SD100", err.message)]
-    return []
+    return [Finding(src.file, src.line(b.where), "SD115", why) for b in built.blocks
+            if (why := names.schema_off(b, None)) is not None]
 
 
 def _server_blocks(src: CorefileSource) -> Iterator[corefile.ServerBlock]:
@@ -203,12 +206,10 @@ def _tunnel(block: Block, src: CorefileSource, is_tunnel: IsTunnel, cluster: boo
         return
     code = "SD105" if cluster else "SD104"
     scope = "the cluster's CoreDNS sends every pod's lookups" if cluster else "every lookup of the pod goes"
-    if block.tunnel:
-        st = block.tunnel_statement
-        assert st is not None
-        vpn = "OpenVPN" if st.name == "openvpn" else "WireGuard"
+    st, kind = block.tunnel_statement, block.tunnel_kind
+    if st is not None and kind is not None:
         add(src.line(st.where), code,
-            f"the `.` block takes its upstreams from {vpn}: {scope} into the tunnel")
+            f"the `.` block takes its upstreams from {kind.display}: {scope} into the tunnel")
     for fwd in block.forwards:
         if fwd.spec.origin != ".":
             continue
@@ -270,6 +271,16 @@ def _slips(blocks: list[Block], src: CorefileSource, add: Add) -> None:
             why = f"the zone of block {first[meant].name} (line {src.line(first[meant].where)})"
         add(src.line(block.where), "SD116", f"zone {slip} is one typing slip away from {meant}, {why}: "
                                             f"did you mean {meant.rstrip('.')}?")
+
+
+def _unbound(block: Block, src: CorefileSource, add: Add) -> None:
+    st = block.tunnel_statement
+    if st is None:
+        return
+    for opt in st.body or ():
+        if opt.name == "bind_to_tunnel" and [a.lower() for a in opt.args] == ["off"]:
+            add(src.line(opt.where), "SD114", f"{st.name} {{ bind_to_tunnel off }}: the queries of "
+                                              f"{', '.join(block.zones)} may leave by any interface")
 
 
 def _zones(blocks: list[Block], src: CorefileSource, add: Add) -> None:

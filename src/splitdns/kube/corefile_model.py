@@ -14,9 +14,6 @@ from splitdns import config, corefile, directives
 from splitdns.directives import bind, forward
 from splitdns.errors import ConfigError, Location
 
-# Directives that change what a block listens on or where it sends queries; the rest are only named.
-_TUNNELS = tuple(d.name for d in directives.steps(directives.TUNNEL_STEP))
-
 
 @dataclass(frozen=True)
 class Forward:
@@ -44,13 +41,20 @@ class Block:
 
     @property
     def tunnel(self) -> bool:
-        """The block takes its upstreams from the VPN (`openvpn` or `wireguard` directive)."""
+        """The block takes its upstreams from the VPN (a tunnel kind's directive)."""
         return self.tunnel_statement is not None
 
     @property
     def tunnel_statement(self) -> corefile.Statement | None:
-        """The `openvpn` or `wireguard` line of the block, if it has one."""
-        return next((st for st in self.statements if st.name in _TUNNELS), None)
+        """The line of the block's tunnel directive (`openvpn`, `wireguard`, ...), if it has one."""
+        names = {d.name for d in directives.tunnels()}
+        return next((st for st in self.statements if st.name in names), None)
+
+    @property
+    def tunnel_kind(self) -> directives.Tunnel | None:
+        """The tunnel record of the block's tunnel directive, if it has one."""
+        st = self.tunnel_statement
+        return None if st is None else directives.BY_NAME[st.name].tunnel
 
     @property
     def name(self) -> str:
@@ -118,7 +122,7 @@ def _block(sb: corefile.ServerBlock, path: str, default_port: int) -> Block:
     for st in sb.directives:
         try:
             if st.name == "forward":
-                forwards.append(Forward(forward.parse(st, read_files=False), st))
+                forwards.append(Forward(forward.parse(st, False, directives.tunnel_words()), st))
             elif st.name == "bind":
                 bound = bind.parse(st)
         except ConfigError as err:

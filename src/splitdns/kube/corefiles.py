@@ -6,8 +6,8 @@ Each starts with the ownership record: zone -> owner -> upstream -> source.
 from __future__ import annotations
 
 from splitdns import __version__
-from splitdns.kube import wireguard_pod
-from splitdns.kube.plan import OPENVPN, Plan, PlanError, Route
+from splitdns.kube import tunnels
+from splitdns.kube.plan import Plan, PlanError, Route
 
 INDENT = "    "
 CACHE_SECONDS = 30
@@ -19,8 +19,7 @@ COREDNS_BIND = "127.0.0.1"
 def ownership(plan: Plan, owner: str, routes: tuple[Route, ...] | None = None) -> list[str]:
     lines = ["Who answers each zone (zone -> owner -> upstream -> where the address came from):"]
     for r in plan.routes if routes is None else routes:
-        upstream = r.upstream_text() + (f" (management {plan.management})"
-                                        if r.tunnel and r.vpn == OPENVPN else "")
+        upstream = r.upstream_text() + (tunnels.of(r.vpn).ownership_note(plan) if r.tunnel else "")
         lines.append(f"  {r.zone} -> {owner} -> {upstream} -> {r.source}")
     return lines
 
@@ -48,11 +47,9 @@ def _block(plan: Plan, r: Route, health: str = "", ready: str = "", metrics: str
     if coredns:
         body.append(f"bind {COREDNS_BIND}")
     body += ["errors", f"cache {CACHE_SECONDS}"]
-    if r.tunnel and r.vpn == OPENVPN:
-        body += ["openvpn {", f"{INDENT}management {plan.management}", "}"]
-    elif r.tunnel:
-        body += ["wireguard {", f"{INDENT}resolvconf {wireguard_pod.RUN_DIR}",
-                 f"{INDENT}interface {wireguard_pod.INTERFACE}", f"{INDENT}domains", "}"]
+    body += _names(plan, r)
+    if r.tunnel:
+        body += tunnels.of(r.vpn).corefile(plan)
     else:
         body.append("forward . " + " ".join(r.upstreams))
     # Per-zone readiness is ours; CoreDNS's `ready` is process-wide and ignores `forward`.
@@ -65,6 +62,29 @@ def _block(plan: Plan, r: Route, health: str = "", ready: str = "", metrics: str
     else:
         body += ready_lines
     return _text(r.zone, body)
+
+
+# The resolv.conf the kubelet writes from the pod's dnsConfig (dnsPolicy None): its search list is
+# the one `autopath` completes, read again at each reload.
+RESOLV_CONF = "/etc/resolv.conf"
+
+
+def _names(plan: Plan, r: Route) -> list[str]:
+    """What the block knows of the pod's names: the cluster block (else the catch-all) completes
+    the search walk and answers what the Kubernetes schema rules out; tunnel zones of a tunnel
+    with no IPv6 answer AAAA here. Never for CoreDNS, whose autopath stays in one block."""
+    if plan.resolver != "splitdns":
+        return []
+    cluster = plan.cluster_domain + "."
+    has_cluster = any(route.zone == cluster for route in plan.routes)
+    lines = []
+    if plan.autopath and (r.zone == cluster or (r.zone == "." and not has_cluster)):
+        lines.append(f"autopath {RESOLV_CONF}")
+    if plan.autopath and r.zone == cluster:
+        lines.append("k8s_schema")
+    if plan.filter_aaaa and r.tunnel:
+        lines.append("filter_aaaa")
+    return lines
 
 
 def _text(zone: str, body: list[str]) -> str:

@@ -90,6 +90,18 @@ _TABLE = (
          "`{$VAR}` is read from the environment of `splitdns serve` when it starts, in the pod; "
          "there an unset variable is an error and the DNS container exits.",
          "set the variable in the DNS container's env (or envFrom); check cannot see the pod's value."),
+    Code("SD114", WARNING, "tunnel zone not bound to its tunnel",
+         "with `bind_to_tunnel off` the zone's queries follow the routing table: when the tunnel's "
+         "route goes and another route reaches its DNS (the pod's default route), private names leave "
+         "by the pod's eth0, in clear.",
+         "remove `bind_to_tunnel off` (binding needs no capability on Linux 5.7 and later); if the "
+         "resolver cannot learn the tunnel's interface, name it with `interface NAME`."),
+    Code("SD115", WARNING, "k8s_schema stays off",
+         "the names the Kubernetes schema rules out then go to the cluster DNS, every try of every "
+         "search walk; `rewrite`, `template` or `hosts` in the block may make names the schema does "
+         "not have, and a guard for another cluster domain than the pod's would deny real names.",
+         "move `rewrite`, `template` and `hosts` to a block of their own zone, or name the pod's "
+         "cluster domain (k8s_schema cluster.local)."),
     Code("SD116", WARNING, "zone name one typing slip away from the cluster domain or another zone",
          "a zone matches names letter for letter: `cluster.lcoal` or `svc.acme.internl` owns no name "
          "anyone asks, and the names meant fall to another block (often the catch-all, which sends "
@@ -165,6 +177,12 @@ _TABLE = (
          "sidecar's startup probe).",
          "add `DNS = ADDRESS` (the DNS server behind the tunnel, with the zone's names after it) to the "
          "[Interface]."),
+    Code("SD307", INFO, "WireGuard tunnel without IPv6",
+         "the [Interface] has no IPv6 address, so no IPv6 address behind the tunnel is reachable; "
+         "the tunnel zone's AAAA answers only make clients try addresses that fail, and its AAAA "
+         "queries are half the tunnel's DNS traffic.",
+         "add `filter_aaaa` to the tunnel zone's block (`splitdns render --filter-aaaa`): AAAA "
+         "answered NODATA there, every other zone untouched."),
     Code("SD308", ERROR, "wg-quick would refuse this config",
          "the WireGuard container exits at start (wg-quick up fails), so the tunnel never comes up and "
          "the tunnel zone never answers.",

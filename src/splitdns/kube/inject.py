@@ -24,9 +24,9 @@ from functools import cached_property
 from typing import Any
 
 from splitdns import __version__
-from splitdns.kube import corefiles, manifests, sizing, vpn_container, wireguard_pod
+from splitdns.kube import corefiles, manifests, sizing, tunnels
 from splitdns.kube.image import DEFAULT_IMAGE
-from splitdns.kube.plan import WIREGUARD, Plan
+from splitdns.kube.plan import Plan
 
 Doc = dict[str, Any]
 
@@ -58,12 +58,18 @@ class Settings:
     # key, mounted (a changed ConfigMap then reaches running pods, through the resolver's `reload`).
     configmap: str = ""
     expected_qps: int = sizing.TYPICAL_QPS  # queries a second per pod: the CPU request
-    vpn_image: str = wireguard_pod.DEFAULT_IMAGE  # with a WireGuard plan: its sidecar (wireguard_pod)
-    vpn_secret: str = wireguard_pod.SECRET
+    vpn_image: str = ""   # the sidecar of the plan's VPN kind, if it has one (kube/tunnels.py); "": its
+    vpn_secret: str = ""  # default image and Secret
+
+    def __post_init__(self) -> None:
+        kind = tunnels.of(self.plan.vpn)
+        object.__setattr__(self, "vpn_image", self.vpn_image or kind.default_image)
+        object.__setattr__(self, "vpn_secret", self.vpn_secret or tunnels.secret_of(kind))
 
     @property
-    def wireguard(self) -> bool:
-        return self.plan.vpn == WIREGUARD and any(r.tunnel for r in self.plan.routes)
+    def adds_vpn(self) -> bool:
+        """The injection adds the kind's VPN sidecar: it has one, and a zone learns from it."""
+        return tunnels.of(self.plan.vpn).sidecar is not None and any(r.tunnel for r in self.plan.routes)
 
     @property
     def container(self) -> str:
@@ -92,7 +98,7 @@ class Settings:
         data = {"corefile": self.corefile, "image": self.image, "sidecar": self.sidecar,
                 "expected_qps": self.expected_qps,
                 **({"configmap": self.configmap} if self.configmap else {}),
-                **({"vpn_image": self.vpn_image, "vpn_secret": self.vpn_secret} if self.wireguard else {}),
+                **({"vpn_image": self.vpn_image, "vpn_secret": self.vpn_secret} if self.adds_vpn else {}),
                 "ndots": self.plan.ndots, "cluster_domain": self.plan.cluster_domain}
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -265,7 +271,8 @@ def _refuse_conflicts(spec: Doc, settings: Settings) -> None:
 def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) -> None:
     spec: Doc = pod["spec"]
     _refuse_conflicts(spec, settings)
-    if (why := wireguard_pod.prepare(spec, STATUS in _annotations(pod), settings.wireguard)) is not None:
+    kind = tunnels.of(settings.plan.vpn)
+    if (why := tunnels.prepare(spec, STATUS in _annotations(pod), kind if settings.adds_vpn else None)):
         raise Refused(why)
     mounted_before = False
     for key, i in reversed(_ours(spec)):  # re-injection: ours is rebuilt, in first place
@@ -289,13 +296,13 @@ def _apply(pod: Doc, namespace: str, settings: Settings, warnings: list[str]) ->
             warnings.append("classic sidecar: the pod's init containers run before the resolver and "
                             "cannot resolve names")
     ndots_from_settings = _dns(pod, namespace, settings, warnings)
-    vpn = vpn_container.advice(spec, settings.plan)
+    vpn = kind.advice(spec, settings.plan)
     if vpn:
         warnings.append(vpn)
     _sysctl(spec)
-    if settings.wireguard:
-        wireguard_pod.add(spec, container, settings.image, settings.vpn_image, settings.vpn_secret,
-                          settings.sidecar)
+    if settings.adds_vpn and kind.sidecar is not None:
+        kind.sidecar.add(spec, container, settings.image, settings.vpn_image, settings.vpn_secret,
+                         settings.sidecar)
     if settings.configmap or mounted_before:  # the Corefile volume follows our container (in or out)
         volumes = [v for v in _list(spec.get("volumes"), "spec.volumes")
                    if not (isinstance(v, dict) and v.get("name") == manifests.COREFILE_VOLUME)]

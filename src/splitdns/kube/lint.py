@@ -1,4 +1,4 @@
-"""`splitdns check`: Corefiles, Kubernetes YAML and OpenVPN client configs read together, because the
+"""`splitdns check`: Corefiles, Kubernetes YAML and VPN client configs read together, because the
 DNS of a pod is only right when the three agree.
 
 Which Corefile belongs to which pod: a workload that mounts a ConfigMap by name gets that ConfigMap's
@@ -7,23 +7,13 @@ Corefile; when nothing says, every pod-side Corefile given is taken as the pod's
 
 from __future__ import annotations
 
-import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from splitdns.codec.wire import name_to_wire
 from splitdns.core.routing import Router
 from splitdns.core.zone import Zone
-from splitdns.kube import (
-    corefile_lint,
-    openvpn_conf,
-    pod_lint,
-    schema,
-    sources,
-    wireguard_conf,
-    wireguard_lint,
-    zone_names,
-)
+from splitdns.kube import corefile_lint, pod_lint, schema, sources, tunnels, zone_names
 from splitdns.kube.corefile_model import Block, Model
 from splitdns.kube.findings import Finding, ordered
 from splitdns.kube.sources import CLUSTER, POD, CorefileSource, Inputs, Workload
@@ -38,7 +28,7 @@ class Options:
 
 
 def check(paths: Sequence[str], opts: Options) -> list[Finding]:
-    inputs = sources.read(list(paths), guess_cluster=opts.resolver != "splitdns")
+    inputs = sources.read(list(paths), guess_cluster=opts.resolver != "splitdns", formats=tunnels.formats())
     out = list(inputs.findings)
     for file, doc in inputs.documents:
         if opts.kube_version is not None:
@@ -51,8 +41,9 @@ def check(paths: Sequence[str], opts: Options) -> list[Finding]:
     for w in inputs.workloads:
         models = [src.model for src in _corefiles_of(w, inputs)]
         out += pod_lint.check(w, models, opts.kube_version)
-    out += _vpn_remotes(inputs)
-    out += wireguard_lint.check(inputs)
+    out += _vpn_servers(inputs)
+    for kind in tunnels.KINDS.values():
+        out += kind.lints(inputs)
     return ordered(out)
 
 
@@ -89,16 +80,16 @@ def _resolver(choice: str, pods: list[Workload]) -> str:
 
 
 def _tunnel_test(src: CorefileSource, inputs: Inputs) -> corefile_lint.IsTunnel:
-    """An upstream is the tunnel when an OpenVPN config routes it through the VPN, or, where a tunnel
-    is in sight (an OpenVPN config given, or an `openvpn` block in this Corefile), when a private zone
+    """An upstream is the tunnel when a VPN client config routes it through the VPN, or, where a tunnel
+    is in sight (a VPN config given, or a tunnel block in this Corefile), when a private zone
     (not the cluster's, not `.`) forwards to the same address: that zone's server is behind the VPN.
     A cluster-wide Corefile always has a tunnel in sight: its private zones are some workload's.
     Without a tunnel, a private zone and `.` sharing an upstream is just a shared upstream."""
     private: dict[str, str] = {}
+    configs = [conf for found in inputs.tunnel_configs.values() for conf in found]
     # In the cluster's own CoreDNS a private zone's upstream is a workload's tunnel DNS whether or
     # not its VPN config is given: no node reaches it otherwise.
-    tunnel_in_sight = bool(inputs.vpn_configs or inputs.wireguard_configs) or any(
-        b.tunnel for b in src.model.blocks) or src.context == CLUSTER
+    tunnel_in_sight = bool(configs) or any(b.tunnel for b in src.model.blocks) or src.context == CLUSTER
     for block in src.model.blocks if tunnel_in_sight else ():
         if not block.zones or block.is_root or any(z.endswith(_NOT_PRIVATE) or zone_names.cluster_slip(z)
                                                    for z in block.zones):
@@ -108,8 +99,6 @@ def _tunnel_test(src: CorefileSource, inputs: Inputs) -> corefile_lint.IsTunnel:
                 private.setdefault(up.host, block.zones[0])
 
     def is_tunnel(address: str) -> str | None:
-        configs: list[openvpn_conf.ClientConfig | wireguard_conf.WgConfig] = [
-            *inputs.vpn_configs, *inputs.wireguard_configs]
         for conf in configs:
             if conf.behind_tunnel(address):
                 return f"{address} is behind the tunnel of {conf.path}"
@@ -120,36 +109,20 @@ def _tunnel_test(src: CorefileSource, inputs: Inputs) -> corefile_lint.IsTunnel:
     return is_tunnel
 
 
-def _vpn_remotes(inputs: Inputs) -> list[Finding]:
+def _vpn_servers(inputs: Inputs) -> list[Finding]:
+    """A VPN server's name that only the tunnel can resolve (`remote`, `Endpoint`), for any kind."""
     out: list[Finding] = []
     pod_models = [s for s in inputs.corefiles if s.context == POD]
-    for conf in inputs.vpn_configs:
-        for remote in conf.remotes:
-            if remote.is_address:
-                continue
-            for src in pod_models:
-                why = _tunnel_owner(src.model, remote.host, _tunnel_test(src, inputs))
-                if why:
-                    out.append(Finding(conf.path, remote.line, "SD301",
-                                       f"remote {remote.host}: {why} in {src.file}"))
-    for wg in inputs.wireguard_configs:
-        for peer in wg.peers:
-            if peer.endpoint is None or _is_address(peer.endpoint[0]):
-                continue
-            host, line = peer.endpoint
-            for src in pod_models:
-                why = _tunnel_owner(src.model, host, _tunnel_test(src, inputs))
-                if why:
-                    out.append(Finding(wg.path, line, "SD304", f"Endpoint {host}: {why} in {src.file}"))
+    for word, found in inputs.tunnel_configs.items():
+        fmt = tunnels.formats()[word]
+        for conf in found:
+            for host, line in conf.server_names():
+                for src in pod_models:
+                    why = _tunnel_owner(src.model, host, _tunnel_test(src, inputs))
+                    if why:
+                        out.append(Finding(conf.path, line, fmt.server_code,
+                                           f"{fmt.server_word} {host}: {why} in {src.file}"))
     return out
-
-
-def _is_address(host: str) -> bool:
-    try:
-        ipaddress.ip_address(host)
-    except ValueError:
-        return False
-    return True
 
 
 def _tunnel_owner(model: Model, host: str, is_tunnel: corefile_lint.IsTunnel) -> str | None:
@@ -172,9 +145,8 @@ def _tunnel_owner(model: Model, host: str, is_tunnel: corefile_lint.IsTunnel) ->
     if owner is None:
         return None
     block = by_zone[id(owner)]
-    if block.tunnel:
-        vpn = "OpenVPN" if block.directive("openvpn") is not None else "WireGuard"
-        return f"it falls in block {block.name}, which takes its upstreams from {vpn}"
+    if block.tunnel_kind is not None:
+        return f"it falls in block {block.name}, which takes its upstreams from {block.tunnel_kind.display}"
     fwd = owner.forward_for(wire)
     for up in fwd.spec.upstreams if fwd is not None else ():
         why = is_tunnel(up.host)

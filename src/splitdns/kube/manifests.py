@@ -1,5 +1,5 @@
-"""Manifests as data: the ConfigMap, the DNS and vpn containers, and the kustomize Component around
-render's patch. The pod-spec changes themselves are the injection's (`inject`), for every form.
+"""Manifests as data: the ConfigMap, the DNS container, and the kustomize Component around
+render's patch (a VPN container is its kind's: kube/tunnels.py). The pod-spec changes are the injection's.
 
 Plain dicts in the order a reader expects (apiVersion, kind, metadata, spec); YAML is `yamlio`'s job.
 """
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from splitdns.directives.operations import HealthSpec, ReadySpec
-from splitdns.kube import sizing
+from splitdns.kube import sizing, tunnels
 from splitdns.kube.image import COREFILE, COREFILE_DIR, DEFAULT_IMAGE, USER_ID
 from splitdns.kube.plan import Plan, PlanError
 
@@ -25,7 +25,7 @@ METRICS_PORT, METRICS_PORT_NAME = 9153, "dns-metrics"  # what `render --form mon
 COREFILE_VOLUME = "splitdns-corefile"
 DEFAULT_COREDNS_IMAGE = "coredns/coredns:1.12.1"
 DEFAULT_APP_IMAGE = "your-app-image"
-DEFAULT_VPN_IMAGE = "your-openvpn-client-image"
+DEFAULT_VPN_IMAGE = tunnels.default().default_image  # a placeholder: the default kind's
 
 def copied(value: Any) -> Any:
     """A deep copy of parsed YAML or JSON (dicts, lists, scalars): 5x faster than copy.deepcopy,
@@ -131,25 +131,6 @@ def startup_path(plan: Plan) -> str:
         return "/ready"
     zones = [r.zone.rstrip(".") or "." for r in plan.routes if not r.tunnel]
     return "/ready?" + "&".join(f"zone={z}" for z in zones)
-
-
-def vpn_container(plan: Plan, opts: Options) -> Doc:
-    args = ["--config", "/etc/openvpn/client/client.conf"]
-    if any(r.tunnel for r in plan.routes):
-        # The resolver learns the pushed DNS from the management interface; it shares the pod's
-        # network namespace, so loopback is enough and nothing else can reach it.
-        host, _, port = plan.management.rpartition(":")
-        # --management-hold: OpenVPN waits until the resolver attaches, so the first UP is never missed.
-        args += ["--management", host, port, "--management-up-down", "--management-hold"]
-    container: Doc = {"name": "vpn", "image": opts.vpn_image, "args": args}
-    if opts.sidecar == "native":
-        container["restartPolicy"] = "Always"
-    container["securityContext"] = {"capabilities": {"add": ["NET_ADMIN"]}}
-    container["volumeMounts"] = [
-        {"name": "openvpn-client", "mountPath": "/etc/openvpn/client", "readOnly": True},
-        {"name": "dev-tun", "mountPath": "/dev/net/tun"},
-    ]
-    return container
 
 
 def containers_key(opts: Options) -> str:

@@ -57,6 +57,13 @@ ALERTS = (
           "A pod's VPN tunnel has been down for 5 minutes.",
           f"The tunnel of zone {{{{ $labels.zone }}}} in pod {WHERE} has been down for 5 minutes "
           "({{ $labels.reason }}); that zone answers SERVFAIL at once, or stale answers."),
+    Alert("SplitdnsTunnelCanaryFailing",
+          # Only while the tunnel reads up: down, SplitdnsTunnelDown says it.
+          "(splitdns_tunnel_canary_passed and (splitdns_tunnel_up == 1))", "== 0", "5m", "warning",
+          "A pod's VPN tunnel is up but its DNS has not answered the canary through it for 5 minutes.",
+          f"The tunnel of zone {{{{ $labels.zone }}}} in pod {WHERE} reads up, but no answer to its "
+          "canary (a random name under the zone) has come back through the tunnel's interface for "
+          "5 minutes: the path to the tunnel's DNS is broken; /ready?zone= says how it failed."),
     Alert("SplitdnsZoneNotReady", "splitdns_zone_ready", "== 0", "10m", "warning",
           "A zone of a pod's resolver has not been ready for 10 minutes.",
           f"Zone {{{{ $labels.zone }}}} in pod {WHERE} has not been ready for 10 minutes "

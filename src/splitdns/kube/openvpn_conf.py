@@ -43,6 +43,10 @@ class ClientConfig:
             return False
         return address in self.dns_servers or any(ip in net for net in self.networks)
 
+    def server_names(self) -> list[tuple[str, int]]:
+        """Each `remote` given as a name (resolved before the tunnel exists), with its line."""
+        return [(r.host, r.line) for r in self.remotes if not r.is_address]
+
 
 def looks_like(text: str) -> bool:
     lines = [ln.split() for ln in text.splitlines() if not ln.lstrip().startswith(("#", ";"))]

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import ipaddress
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import dns.exception
 import dns.name
 
 from splitdns.addresses import host_port
-from splitdns.kube import corefile_model
+from splitdns.kube import corefile_model, tunnels
 
-OPENVPN = "openvpn"
-WIREGUARD = "wireguard"
-VPNS = (OPENVPN, WIREGUARD)
 RESOLVERS = ("splitdns", "coredns")
 DEFAULT_MANAGEMENT = "127.0.0.1:7505"
 
@@ -30,10 +27,10 @@ class PlanError(ValueError):
 @dataclass(frozen=True)
 class Route:
     zone: str                       # normalised: lower case, trailing dot
-    upstreams: tuple[str, ...]      # IP or IP:PORT; empty when learned from OpenVPN
+    upstreams: tuple[str, ...]      # IP or IP:PORT; empty when learned from the tunnel
     source: str                     # where the address came from, for the ownership record
     probe: str | None = None        # a name in the zone the readiness probe asks
-    vpn: str = OPENVPN              # which tunnel's DNS, when learned at run time
+    vpn: str = field(default_factory=lambda: tunnels.default().word)  # whose DNS, when learned at run time
 
     @property
     def tunnel(self) -> bool:
@@ -42,7 +39,7 @@ class Route:
     def upstream_text(self) -> str:
         if not self.tunnel:
             return " ".join(self.upstreams)
-        return "OpenVPN-pushed DNS" if self.vpn == OPENVPN else "the DNS of wg-quick's DNS = line"
+        return tunnels.of(self.vpn).upstream_text
 
 
 @dataclass(frozen=True)
@@ -59,7 +56,9 @@ class Plan:
     cluster_domain: str = "cluster.local"
     ndots: int = 5
     management: str = DEFAULT_MANAGEMENT
-    vpn: str = OPENVPN              # the VPN sidecar: OpenVPN (the user's), or WireGuard (ours)
+    vpn: str = field(default_factory=lambda: tunnels.default().word)  # the pod's VPN (kube/tunnels.py)
+    filter_aaaa: bool = False       # the tunnel carries no IPv6: its zones answer AAAA with NODATA
+    autopath: bool = True           # the Corefile knows the pod's search list (`autopath`)
 
     @property
     def owner(self) -> str:
@@ -90,7 +89,7 @@ def upstream(text: str, zone: str) -> str:
         ip = ipaddress.ip_address(host)
     except ValueError:
         raise PlanError(f"zone {zone}: upstream {text!r} is not an IP address (IP, IP:PORT or "
-                        f"[IPv6]:PORT) nor `{OPENVPN}` or `{WIREGUARD}`") from None
+                        f"[IPv6]:PORT) nor {tunnels.listed()}") from None
     if port and not (port.isdigit() and 0 < int(port) < 65536):
         raise PlanError(f"zone {zone}: {port!r} is not a port")
     if not port or port == "53":
@@ -99,40 +98,38 @@ def upstream(text: str, zone: str) -> str:
 
 
 def parse_zone_flag(text: str) -> Route:
-    """`ZONE=UPSTREAM[,UPSTREAM...]`, UPSTREAM an address, or `openvpn` or `wireguard`."""
+    """`ZONE=UPSTREAM[,UPSTREAM...]`, UPSTREAM an address, or a tunnel's word (`openvpn`, ...)."""
     zone_text, sep, targets = text.partition("=")
     if not sep or not targets:
         raise PlanError(f"--zone {text!r}: expected ZONE=UPSTREAM[,UPSTREAM...] "
-                        f"(for example svc.acme.internal=192.168.240.1 or svc.acme.internal={OPENVPN})")
+                        f"(for example svc.acme.internal=192.168.240.1 or "
+                        f"svc.acme.internal={tunnels.default().word})")
     zone = zone_name(zone_text)
     parts = [t.strip() for t in targets.split(",") if t.strip()]
-    if parts == [OPENVPN]:
-        return Route(zone, (), f"learned at run time from OpenVPN (--zone {zone_text}={OPENVPN})")
-    if parts == [WIREGUARD]:
-        return Route(zone, (), f"learned at run time from wg-quick (--zone {zone_text}={WIREGUARD})",
-                     vpn=WIREGUARD)
-    for vpn in VPNS:
+    if len(parts) == 1 and parts[0] in tunnels.KINDS:
+        kind = tunnels.of(parts[0])
+        source = f"learned at run time from {kind.learned_from} (--zone {zone_text}={kind.word})"
+        return Route(zone, (), source, vpn=kind.word)
+    for vpn in tunnels.words():
         if vpn in parts:
             raise PlanError(f"--zone {text!r}: `{vpn}` cannot be mixed with addresses")
     return Route(zone, tuple(upstream(p, zone) for p in parts), f"given: --zone {text}")
 
 
 def routes_from_corefile(model: corefile_model.Model) -> list[Route]:
-    """Each block's zones with the block's catch-all forward (`forward . ...`) or `openvpn`."""
+    """Each block's zones with the block's catch-all forward (`forward . ...`) or its tunnel."""
     if model.error is not None:
         raise PlanError(str(model.error))
     out: list[Route] = []
     for block in model.blocks:
         if block.errors:
             raise PlanError(str(block.errors[0][1]))
-        vpn = OPENVPN
-        if block.tunnel:
-            where = block.directive(OPENVPN)
-            if where is None:
-                where, vpn = block.directive(WIREGUARD), WIREGUARD
-            assert where is not None
+        vpn = tunnels.default().word
+        where, tunnel = block.tunnel_statement, block.tunnel_kind
+        if where is not None and tunnel is not None:
+            vpn = tunnel.word
             ups: tuple[str, ...] = ()
-            source = f"learned at run time from {'OpenVPN' if vpn == OPENVPN else 'wg-quick'} ({where.where})"
+            source = f"learned at run time from {tunnels.of(vpn).learned_from} ({where.where})"
         else:
             fwd = next((f for f in block.forwards if f.spec.origin == "." or f.spec.origin in block.zones),
                        None)
@@ -150,7 +147,8 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
           probes: Sequence[str] = (), *, resolver: str = "splitdns", namespace: str = "default",
           cluster_domain: str = "cluster.local", ndots: int = 5,
           management: str = DEFAULT_MANAGEMENT, cluster_wide: bool = False,
-          reads_cluster: bool = True, vpn: str | None = None) -> Plan:
+          reads_cluster: bool = True, vpn: str | None = None, filter_aaaa: bool = False,
+          autopath: bool = True) -> Plan:
     """Merge the inputs: flags override a Corefile; the cluster DNS fills the cluster zone and `.`.
     `cluster_wide`: the private zones only, for the cluster's own CoreDNS (no cluster DNS needed).
     `reads_cluster`: whether the command has --cluster-dns-from-cluster, to suggest it."""
@@ -188,21 +186,23 @@ def build(zone_flags: Sequence[str], corefile_routes: Sequence[Route], cluster: 
                 raise PlanError(f"zone {r.zone}: CoreDNS cannot learn the tunnel's DNS at run time; "
                                 "give its address (--zone ZONE=IP) or use --resolver splitdns")
     return _checked(Plan(routes=routes, resolver=resolver, namespace=namespace,
-                         cluster_domain=domain.rstrip("."), ndots=ndots, management=management, vpn=vpn))
+                         cluster_domain=domain.rstrip("."), ndots=ndots, management=management, vpn=vpn,
+                         filter_aaaa=filter_aaaa, autopath=autopath))
 
 
 def _vpn(routes: tuple[Route, ...], given: str | None) -> str:
     """The pod's one VPN: the one its tunnel zones name, which --vpn must not contradict."""
     named = {r.vpn for r in routes if r.tunnel}
-    if given is not None and given not in VPNS:
-        raise PlanError(f"--vpn {given!r}: use one of {', '.join(VPNS)}")
+    if given is not None and given not in tunnels.KINDS:
+        raise PlanError(f"--vpn {given!r}: use one of {', '.join(tunnels.words())}")
     if len(named) > 1:
-        raise PlanError("zones learned from both OpenVPN and WireGuard: a pod has one tunnel")
+        both = " and ".join(tunnels.of(w).display for w in tunnels.words() if w in named)
+        raise PlanError(f"zones learned from both {both}: a pod has one tunnel")
     if given is not None and named and named != {given}:
         zone = next(r.zone for r in routes if r.tunnel)
         raise PlanError(f"--vpn {given}, but zone {zone} is learned from {named.pop()}; write "
                         f"--zone {zone.rstrip('.')}={given}")
-    return given or (named.pop() if named else OPENVPN)
+    return given or (named.pop() if named else tunnels.default().word)
 
 
 def _checked(plan: Plan) -> Plan:

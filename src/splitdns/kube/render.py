@@ -12,10 +12,10 @@ import hashlib
 from typing import Any
 
 from splitdns import __version__
-from splitdns.kube import corefiles, inject, manifests, wireguard_pod, yamlio
+from splitdns.kube import corefiles, inject, manifests, tunnels, yamlio
 from splitdns.kube.image import DEFAULT_IMAGE
 from splitdns.kube.manifests import Options
-from splitdns.kube.plan import WIREGUARD, Plan
+from splitdns.kube.plan import Plan
 
 Doc = dict[str, Any]
 
@@ -62,16 +62,12 @@ def _injected(template: Doc, plan: Plan, opts: Options) -> Doc:
 def deployment_doc(plan: Plan, opts: Options, corefile: str) -> Doc:
     """A full example: app + vpn, injected as `splitdns inject` would (dns first: its startup probe
     waits only for the zones that do not need the tunnel, so the vpn starts next)."""
-    vpn = manifests.vpn_container(plan, opts)
+    vpn, volumes = tunnels.of(plan.vpn).example(plan, opts)  # none when the injection adds its own
     app = {"name": "app", "image": opts.app_image}
-    spec: Doc = {"initContainers": [vpn], "containers": [app]} if opts.sidecar == "native" else \
-        {"containers": [vpn, app]}
-    spec["volumes"] = [
-        {"name": "openvpn-client", "secret": {"secretName": "openvpn-client"}},
-        {"name": "dev-tun", "hostPath": {"path": "/dev/net/tun", "type": "CharDevice"}},
-    ]
-    if plan.vpn == WIREGUARD:  # the injection adds the WireGuard sidecar itself (wireguard_pod)
-        spec = {"containers": [app]}
+    spec: Doc = {"initContainers": vpn, "containers": [app]} if vpn and opts.sidecar == "native" else \
+        {"containers": [*vpn, app]}
+    if volumes:
+        spec["volumes"] = volumes
     labels = {"app": opts.name}
     template = _injected({"metadata": {"labels": labels, "annotations": _pod_annotations(plan, corefile)},
                           "spec": spec}, plan, opts)
@@ -101,9 +97,9 @@ def patch_doc(plan: Plan, opts: Options) -> Doc:
     del spec["securityContext"]  # only the sysctl, which the replacement adds
     dns = next(c for c in spec[manifests.containers_key(opts)] if c["name"] == inject.MOUNTED_CONTAINER)
     dns["env"] = [dict(inject.PORT_SYSCTL)]  # the replacement's source: a {name, value} pair, quoted "53"
-    for c in spec.get(manifests.containers_key(opts), []):
-        if c["name"] == wireguard_pod.CONTAINER:  # the same for its sysctl (wireguard_pod.replacement)
-            c["env"].append(dict(wireguard_pod.SRC_VALID_MARK))
+    sidecar = tunnels.of(plan.vpn).sidecar
+    if sidecar is not None:  # the same for its own sysctls (its `replacement`)
+        sidecar.patched(spec.get(manifests.containers_key(opts), []))
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
@@ -116,51 +112,25 @@ def deployment(plan: Plan, opts: Options) -> dict[str, str]:
     corefile = corefiles.in_pod(plan)
     docs = [manifests.configmap(plan, opts, corefile), deployment_doc(plan, opts, corefile)]
     ns = plan.namespace
-    before: list[str | list[str]] = [[
-        "The Secret openvpn-client, holding the VPN client config as client.conf (the vpn container "
-        "reads /etc/openvpn/client/client.conf):",
-        f"  kubectl -n {ns} create secret generic openvpn-client --from-file=client.conf=client.ovpn"]]
-    if plan.vpn == WIREGUARD:
-        before = wireguard_steps(plan)
-    examples = [f"{flag} (now {value})" for flag, value, default in (
-        ("--app-image", opts.app_image, manifests.DEFAULT_APP_IMAGE),
-        ("--vpn-image", opts.vpn_image, manifests.DEFAULT_VPN_IMAGE),
-        ("--vpn-image", opts.vpn_image, wireguard_pod.DEFAULT_IMAGE)) if value == default]
+    before = tunnels.of(plan.vpn).apply_steps(plan)
+    examples = [f"{flag} (now {value})" for flag, value, defaults in (
+        ("--app-image", opts.app_image, (manifests.DEFAULT_APP_IMAGE,)),
+        ("--vpn-image", opts.vpn_image, tuple(k.default_image for k in tunnels.KINDS.values())))
+        if value in defaults]
     if examples:
         before.append(f"Replace the example's placeholder images with yours: {', '.join(examples)}.")
     header = _header(plan, opts, f"apply with `kubectl apply -n {ns} -f splitdns.yaml`", before)
     return {"splitdns.yaml": yamlio.dump_all(docs, header)}
 
 
-def wireguard_steps(plan: Plan) -> list[str | list[str]]:
-    ns, conf = plan.namespace, f"{wireguard_pod.INTERFACE}.conf"
-    return [
-        [f"Check the wg-quick config against the cluster first (AllowedIPs must not take the cluster's "
-         f"ranges): splitdns check {conf} splitdns.yaml",
-         f"Then the Secret {wireguard_pod.SECRET}, holding it as {conf} (the wireguard container runs "
-         f"wg-quick up {wireguard_pod.CONFIG}):",
-         f"  kubectl -n {ns} create secret generic {wireguard_pod.SECRET} --from-file={conf}={conf}"],
-        [f"The pod sets the sysctl {wireguard_pod.SRC_VALID_MARK['name']}=1, which wg-quick needs for "
-         "AllowedIPs = 0.0.0.0/0 and which the kubelet allows only when told to "
-         f"(--allowed-unsafe-sysctls={wireguard_pod.SRC_VALID_MARK['name']}); with an AllowedIPs "
-         "that leaves the cluster out (what `splitdns check` suggests) remove it from the pod."],
-        ["The wireguard image needs wg-quick and, without the kernel module, wireguard-go; the "
-         "container runs it as root with NET_ADMIN only, with our resolvconf first on its PATH."],
-    ]
-
-
 def component(plan: Plan, opts: Options) -> dict[str, str]:
     corefile = corefiles.in_pod(plan)
     patch_text = yamlio.dump(patch_doc(plan, opts))
     doc = manifests.component(plan, opts, corefile, patch_text)
-    before: list[str | list[str]] = []
-    if plan.vpn == WIREGUARD:
-        doc["replacements"].append(wireguard_pod.replacement(opts.name, manifests.containers_key(opts)))
-        before = wireguard_steps(plan)
-    elif any(r.tunnel for r in plan.routes):
-        host, _, port = plan.management.rpartition(":")
-        before.append(f"The VPN container of {opts.name} runs OpenVPN with --management {host} {port} "
-                      "--management-up-down --management-hold (the resolver learns the pushed DNS there).")
+    kind = tunnels.of(plan.vpn)
+    if kind.sidecar is not None:
+        doc["replacements"].append(kind.sidecar.replacement(opts.name, manifests.containers_key(opts)))
+    before = kind.component_steps(plan, opts) if kind.component_steps else kind.apply_steps(plan)
     header = _header(plan, opts, f"a kustomize Component for the Deployment {opts.name}; save as "
                                  "kustomization.yaml in its own directory and list that directory under "
                                  "`components:` of your overlay", before)

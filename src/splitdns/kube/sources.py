@@ -1,17 +1,19 @@
 """The inputs of `splitdns check`, recognised and read: Corefiles (plain or inside a ConfigMap),
-workloads with their pod spec, OpenVPN client configs, and every YAML document with its lines.
+workloads with their pod spec, VPN client configs, and every YAML document with its lines.
 """
 
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from splitdns.errors import ConfigError, Location
-from splitdns.kube import corefile_model, openvpn_conf, wireguard_conf, yamlio
+from splitdns.kube import corefile_model, yamlio
 from splitdns.kube.findings import Finding
+from splitdns.kube.tunnel_kind import ConfigFormat, TunnelConfig
 
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "Pod": ("spec",),
@@ -66,21 +68,24 @@ class Inputs:
     corefiles: list[CorefileSource] = field(default_factory=list)
     workloads: list[Workload] = field(default_factory=list)
     documents: list[tuple[str, yamlio.Document]] = field(default_factory=list)
-    vpn_configs: list[openvpn_conf.ClientConfig] = field(default_factory=list)
-    wireguard_configs: list[wireguard_conf.WgConfig] = field(default_factory=list)
+    # Each tunnel kind's client configs, by its word (kube/tunnels.py).
+    tunnel_configs: dict[str, list[TunnelConfig]] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     guess_cluster: bool = True
 
 
-def kind_of(path: str, text: str) -> str:
-    """"yaml", "openvpn", "wireguard" or "corefile", from the name first and the content second."""
+def kind_of(path: str, text: str, formats: Mapping[str, ConfigFormat] | None = None) -> str:
+    """"yaml", a tunnel kind's word (`openvpn`, ...: a client config of one of `formats`, by
+    word: kube/tunnels.py's) or "corefile", from the name first and the content second."""
     suffix = Path(path).suffix.lower()
     if suffix in (".yaml", ".yml", ".json"):
         return "yaml"
-    if wireguard_conf.looks_like(text):
-        return "wireguard"
-    if suffix == ".ovpn" or openvpn_conf.looks_like(text):
-        return "openvpn"
+    for word, fmt in (formats or {}).items():
+        if fmt.looks_like(text):
+            return word
+    for word, fmt in (formats or {}).items():
+        if suffix in fmt.suffixes:
+            return word
     head = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
     if head and head[0].startswith(("apiVersion:", "kind:", "---")):
         return "yaml"
@@ -90,10 +95,12 @@ def kind_of(path: str, text: str) -> str:
 STDIN = "<stdin>"
 
 
-def read(paths: list[str], guess_cluster: bool = True) -> Inputs:
+def read(paths: list[str], guess_cluster: bool = True,
+         formats: Mapping[str, ConfigFormat] | None = None) -> Inputs:
     """`-` reads stdin (named <stdin>). `guess_cluster`: a Corefile with the `kubernetes` plugin is
     taken for the cluster's CoreDNS one. Off when the user said the Corefiles are splitdns's
-    (`check --resolver splitdns`): then `kubernetes` is what `serve` refuses, and check must say so."""
+    (`check --resolver splitdns`): then `kubernetes` is what `serve` refuses, and check must say so.
+    `formats`: the VPN client configs to recognise, by kind (kube/tunnels.py's)."""
     inputs = Inputs(guess_cluster=guess_cluster)
     for given in paths:
         path = STDIN if given == "-" else given  # as inject names it
@@ -103,13 +110,11 @@ def read(paths: list[str], guess_cluster: bool = True) -> Inputs:
             reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
             inputs.findings.append(Finding(path, 1, "SD001", f"cannot read {path}: {reason}"))
             continue
-        kind = kind_of(path, text)
+        kind = kind_of(path, text, formats)
         if kind == "yaml":
             _read_yaml(path, text, inputs)
-        elif kind == "openvpn":
-            inputs.vpn_configs.append(openvpn_conf.parse(text, path))
-        elif kind == "wireguard":
-            inputs.wireguard_configs.append(wireguard_conf.parse(text, path))
+        elif formats is not None and kind in formats:
+            inputs.tunnel_configs.setdefault(kind, []).append(formats[kind].parse(text, path))
         else:
             context = CLUSTER if "cluster-wide" in Path(path).name else POD
             model = corefile_model.read(text, path)

@@ -8,16 +8,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from splitdns.kube.plan import OPENVPN, Plan
+from splitdns.kube.tunnel_kind import PlanView
 
 # Each flag and why the resolver needs it (README, "The tunnel zone follows the tunnel").
 NEEDED = ("--management", "--management-up-down", "--management-hold")
 
 
-def advice(spec: dict[str, Any], plan: Plan) -> str | None:
+def advice(spec: dict[str, Any], plan: PlanView) -> str | None:
     """A sentence for the first OpenVPN container that lacks a flag the tunnel zones need, or None
     (no tunnel zone, no OpenVPN container in sight, or every flag there)."""
-    tunnel = [r.zone for r in plan.routes if r.tunnel and r.vpn == OPENVPN]  # WireGuard's sidecar is ours
+    tunnel = [r.zone for r in plan.routes if r.tunnel and r.vpn == plan.vpn]
     if not tunnel:
         return None
     host, _, port = plan.management.rpartition(":")

@@ -62,8 +62,8 @@ def settings_args(settings: inject.Settings) -> list[str]:
     args += ["--cluster-domain", plan.cluster_domain, "--ndots", str(plan.ndots),
              "--openvpn-management", plan.management, "--sidecar", settings.sidecar,
              "--image", settings.image, "--expected-qps", str(settings.expected_qps)]
-    if settings.wireguard:
-        args += ["--vpn", "wireguard", "--vpn-image", settings.vpn_image]
+    if settings.adds_vpn:
+        args += ["--vpn", plan.vpn, "--vpn-image", settings.vpn_image]
     return args
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import ipaddress
 from dataclasses import dataclass, field
 
@@ -26,6 +27,7 @@ class Peer:
 class WgConfig:
     path: str
     dns: list[tuple[str, int]] = field(default_factory=list)  # (address, line); names are search domains
+    addresses: list[tuple[IPNetwork, int]] = field(default_factory=list)  # the [Interface]'s own
     peers: list[Peer] = field(default_factory=list)
     interface_line: int = 1
     errors: list[tuple[int, str]] = field(default_factory=list)  # (line, what wg-quick would refuse)
@@ -39,6 +41,10 @@ class WgConfig:
             return False
         return any(address == d for d, _ in self.dns) or any(
             ip in net for p in self.peers for net, _ in p.allowed if net.prefixlen > 0)
+
+    def server_names(self) -> list[tuple[str, int]]:
+        """Each peer's Endpoint given as a name (wg-quick resolves it before the tunnel exists)."""
+        return [p.endpoint for p in self.peers if p.endpoint is not None and not _is_ip(p.endpoint[0])]
 
 
 def looks_like(text: str) -> bool:
@@ -89,6 +95,10 @@ def parse(text: str, path: str) -> WgConfig:
             conf.errors.append((number, problem))
         if section == "interface" and key == "dns":
             conf.dns += [(_address(v), number) for v in items if _address(v)]
+        elif section == "interface" and key == "address":
+            for item in items:
+                with contextlib.suppress(ValueError):
+                    conf.addresses.append((ipaddress.ip_network(item, strict=False), number))
         elif section == "peer" and conf.peers:
             _peer_option(conf.peers[-1], key, items, value.strip(), number)
     if not interfaces and not conf.peers and text.strip():
@@ -156,6 +166,10 @@ def _peer_option(peer: Peer, key: str, items: list[str], value: str, number: int
         peer.keepalive = int(value)
     elif key == "persistentkeepalive" and value == "off":
         peer.keepalive = 0
+
+
+def _is_ip(text: str) -> bool:
+    return bool(_address(text))
 
 
 def _address(text: str) -> str:

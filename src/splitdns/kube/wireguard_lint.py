@@ -1,6 +1,7 @@
-"""WireGuard config checks (codes SD302-SD308): what wg-quick would refuse, AllowedIPs that take
-the cluster's addresses, a `DNS =` that is the in-pod resolver itself, no PersistentKeepalive, no
-`DNS =` address at all for a `wireguard` block. (An Endpoint only the tunnel
+"""WireGuard config checks (codes SD302-SD308): AllowedIPs that take the cluster's addresses, a
+`DNS =` that is the in-pod resolver itself, no PersistentKeepalive, no `DNS =` address at all
+for a `wireguard` block, a tunnel with no IPv6 (`filter_aaaa`), what wg-quick would refuse.
+(An Endpoint only the tunnel
 can resolve is lint.py's, beside OpenVPN's `remote`: it needs the Corefile's routing.)
 
 What the cluster's addresses are comes from the pod-side Corefiles given with the config: the
@@ -14,6 +15,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
+from splitdns import directives
 from splitdns.kube.findings import Finding
 from splitdns.kube.sources import POD, Inputs
 from splitdns.kube.wireguard_conf import IPNetwork, WgConfig, without
@@ -57,11 +59,17 @@ def check(inputs: Inputs) -> list[Finding]:
     out: list[Finding] = []
     ranges = cluster_ranges(inputs)
     learners = [f"{src.file}:{src.line(st.where)}" for src in inputs.corefiles if src.context == POD
-                for b in src.model.blocks if (st := b.directive("wireguard")) is not None]
-    for conf in inputs.wireguard_configs:
+                for b in src.model.blocks if (st := b.directive(directives.WIREGUARD.name)) is not None]
+    filtered = any(b.directive("filter_aaaa") is not None for src in inputs.corefiles if src.context == POD
+                   for b in src.model.blocks if b.directive(directives.WIREGUARD.name) is not None)
+    for conf in configs(inputs):
         out += [Finding(conf.path, line, "SD308", message) for line, message in conf.errors]
         out += _allowed_ips(conf, ranges)
         out += _dns_loop(conf)
+        if conf.addresses and all(net.version == 4 for net, _ in conf.addresses) and not filtered:
+            out.append(Finding(conf.path, conf.addresses[0][1], "SD307",
+                               "no IPv6 address on this tunnel: add `filter_aaaa` to the tunnel zone "
+                               "(splitdns render --filter-aaaa), so AAAA is answered NODATA there"))
         if learners and not conf.dns:
             out.append(Finding(conf.path, conf.interface_line, "SD306",
                                f"no DNS = address, but the `wireguard` block at {learners[0]} takes its "
@@ -73,6 +81,12 @@ def check(inputs: Inputs) -> list[Finding]:
                                    "loses its mapping, and its last handshake ages until the resolver "
                                    "reads the tunnel as down"))
     return out
+
+
+def configs(inputs: Inputs) -> list[WgConfig]:
+    """The wg-quick configs among the inputs."""
+    found = inputs.tunnel_configs.get(directives.WIREGUARD.name, [])
+    return [c for c in found if isinstance(c, WgConfig)]
 
 
 def _allowed_ips(conf: WgConfig, ranges: list[ClusterRange]) -> list[Finding]:

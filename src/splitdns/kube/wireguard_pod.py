@@ -17,9 +17,7 @@ through `wireguard { resolvconf /run/splitdns }`. Pure data, as `manifests`.
 
 from __future__ import annotations
 
-from typing import Any
-
-Doc = dict[str, Any]
+from splitdns.kube.tunnel_kind import Doc, OptionsView, PlanView, Steps
 
 INTERFACE = "wg0"
 CONTAINER = "wireguard"
@@ -184,3 +182,39 @@ def replacement(deployment: str, key: str) -> Doc:
             "options": {"create": True},
         }],
     }
+
+
+def patched(containers: list[Doc]) -> None:
+    """render's patch: the wireguard container carries the sysctl for `replacement` to copy."""
+    for c in containers:
+        if c["name"] == CONTAINER:
+            c["env"].append(dict(SRC_VALID_MARK))
+
+
+def corefile(plan: PlanView) -> list[str]:
+    indent = "    "
+    return ["wireguard {", f"{indent}resolvconf {RUN_DIR}", f"{indent}interface {INTERFACE}",
+            f"{indent}domains", "}"]
+
+
+def example(plan: PlanView, opts: OptionsView) -> tuple[list[Doc], list[Doc]]:
+    """render's full example brings no VPN container: the injection adds ours (`add`)."""
+    return [], []
+
+
+def apply_steps(plan: PlanView) -> Steps:
+    ns, conf = plan.namespace, f"{INTERFACE}.conf"
+    return [
+        [f"Check the wg-quick config against the cluster first (AllowedIPs must not take the cluster's "
+         f"ranges): splitdns check {conf} splitdns.yaml",
+         f"Then the Secret {SECRET}, holding it as {conf} (the wireguard container runs "
+         f"wg-quick up {CONFIG}):",
+         f"  kubectl -n {ns} create secret generic {SECRET} --from-file={conf}={conf}"],
+        [f"The pod sets the sysctl {SRC_VALID_MARK['name']}=1, which wg-quick needs for "
+         "AllowedIPs = 0.0.0.0/0 and which the kubelet allows only when told to "
+         f"(--allowed-unsafe-sysctls={SRC_VALID_MARK['name']}); with an AllowedIPs "
+         "that leaves the cluster out (what `splitdns check` suggests) remove it from the pod."],
+        ["The wireguard image needs wg-quick and, without the kernel module, wireguard-go; the "
+         "container runs it as root with NET_ADMIN only, with our resolvconf first on its PATH."],
+    ]
+

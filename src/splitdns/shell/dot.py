@@ -23,7 +23,14 @@ from dataclasses import dataclass
 
 from splitdns.codec import reply as replies
 from splitdns.directives.forward import TlsSettings, Upstream, tls_context
-from splitdns.shell.attempt import Counters, UpstreamError, UpstreamTimeout, describe, stream_reply
+from splitdns.shell.attempt import (
+    Counters,
+    UpstreamError,
+    UpstreamTimeout,
+    bound_stream,
+    describe,
+    stream_reply,
+)
 
 POOL_SIZE = 8  # connections (and attempts under way) per upstream
 
@@ -99,9 +106,13 @@ async def _connect(up: Upstream) -> _Connection:
     try:
         if context is None:
             context = _CONTEXTS[up.tls] = tls_context(up.tls)
-        local = None if up.source is None else (up.source, 0)  # forward's source_address
-        reader, writer = await asyncio.open_connection(up.host, up.port, ssl=context, local_addr=local,
-                                                       server_hostname=name)
+        if up.device is not None:  # a tunnel's interface, bound before connect
+            reader, writer = await asyncio.open_connection(sock=await bound_stream(up), ssl=context,
+                                                           server_hostname=name)
+        else:
+            local = None if up.source is None else (up.source, 0)  # forward's source_address
+            reader, writer = await asyncio.open_connection(up.host, up.port, ssl=context,
+                                                           local_addr=local, server_hostname=name)
     except ssl.SSLCertVerificationError as err:
         raise UpstreamError(f"TLS: the certificate of {up} is not valid for {name}: "
                             f"{err.verify_message}") from None

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from splitdns import __version__
-from splitdns.core import liveness
+from splitdns.core import liveness, names
 from splitdns.core.metrics import ProcessStats, ZoneStats, sized, tunnel_reason
 
 if TYPE_CHECKING:
@@ -64,6 +64,7 @@ class ServerCollector(Collector):
                                                labels=["server", "zone", "view", "proto"])
         cache = _CacheFamilies()
         upstream = _UpstreamFamilies(self.readiness(), self.zone_live)
+        named = _NameFamilies()
         zones = list(self.zones())
         counted = [(server, zone.block.zones[0], zone.stats) for server, zone in zones]
         counted += [(server, DROPPED, stats) for server, stats in self.unrouted()]
@@ -87,6 +88,7 @@ class ServerCollector(Collector):
         for server, zone in zones:
             cache.add(server, zone)
             upstream.add(zone, wall)
+            named.add(zone)
         yield requests
         yield responses
         yield durations
@@ -94,6 +96,7 @@ class ServerCollector(Collector):
         yield response_sizes
         yield from cache.families()
         yield from upstream.families()
+        yield from named.families()
         if self.pod_ready is not None and self.readiness():
             yield GaugeMetricFamily("splitdns_ready", "1 while /ready answers 200 (the pod-level "
                                     "rule: every zone answered once, no loop, not stopping).",
@@ -184,6 +187,23 @@ class _UpstreamFamilies:
         self.tunnel_since = GaugeMetricFamily("splitdns_tunnel_last_change_timestamp_seconds",
                                               "When the tunnel last went up or down (Unix time).",
                                               labels=["zone", "kind"])
+        # Which interface the zone's queries may leave by (core/confinement.py), and the canary
+        # that proves the path at each tunnel-up.
+        self.interface = GaugeMetricFamily("splitdns_upstream_interface_info", "The interface the "
+                                           "upstream's sockets are bound to (a tunnel's); interface "
+                                           "is empty when the routing table chooses. Always 1.",
+                                           labels=["zone", "to", "interface"])
+        self.canary_passed = GaugeMetricFamily("splitdns_tunnel_canary_passed", "1 once the canary of "
+                                               "the tunnel's latest up (a random name under the zone) "
+                                               "was answered through the tunnel, else 0.",
+                                               labels=["zone", "kind"])
+        self.canaries = CounterMetricFamily("splitdns_tunnel_canaries", "Tunnel canary outcomes: "
+                                            "passed (the zone's DNS answered through the tunnel) or "
+                                            "failed (no answer, or an error rcode).",
+                                            labels=["zone", "kind", "result"])
+        self.canary_at = GaugeMetricFamily("splitdns_tunnel_canary_last_answer_timestamp_seconds",
+                                           "When the latest canary attempt came back (Unix time; 0: "
+                                           "none yet).", labels=["zone", "kind"])
         self.broken = CounterMetricFamily("coredns_forward_healthcheck_broken",
                                           "Counter of the number of complete failures of the healthchecks.")
         self.rejects = CounterMetricFamily("coredns_forward_max_concurrent_rejects",
@@ -219,6 +239,7 @@ class _UpstreamFamilies:
                 self.healthy.add_metric([name, state.label], 0 if down else 1)
                 self.fails.add_metric([name, state.label], state.fails)
                 self.probe_failures.add_metric([state.label, name], state.probe_failures)
+                self.interface.add_metric([name, state.label, state.upstream.device or ""], 1)
         self.failed_fast.add_metric([name, "upstreams_down"], fast)
         self.loops.add_metric([name], zone.stats.loops_detected)
         self.private.add_metric([name], zone.stats.private_removed)
@@ -230,30 +251,66 @@ class _UpstreamFamilies:
     def _tunnel(self, zone: Zone, name: str, wall: float) -> None:
         state = zone.tunnel
         assert state is not None
-        kind = next((k for k in _TUNNEL_KINDS if k in zone.block.specs), "tunnel")
+        kind = zone.block.tunnel
+        kind_label = kind.tunnel.metric_kind if kind is not None and kind.tunnel is not None else "tunnel"
         since = zone.stats.tunnel
         since.seen(state.up, wall)  # a change nobody recorded (lifecycle does, on each change)
         self.failed_fast.add_metric([name, "tunnel_down"], zone.stats.failed_fast_tunnel)
-        self.tunnel_up.add_metric([name, kind], 1 if state.up else 0)
+        self.tunnel_up.add_metric([name, kind_label], 1 if state.up else 0)
         reason = tunnel_reason(state.status, state.up, state.reason)
-        self.tunnel_info.add_metric([name, kind, "up" if state.up else "down", reason], 1)
-        self.tunnel_since.add_metric([name, kind], since.since)
+        self.tunnel_info.add_metric([name, kind_label, "up" if state.up else "down", reason], 1)
+        self.tunnel_since.add_metric([name, kind_label], since.since)
+        canary = zone.stats.canary
+        self.canary_passed.add_metric([name, kind_label], 1 if canary.passed else 0)
+        for result, count in canary.outcomes.items():
+            self.canaries.add_metric([name, kind_label, result], count)
+        self.canary_at.add_metric([name, kind_label], canary.answered_at)
 
     def families(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily | HistogramMetricFamily]:
         self.broken.add_metric([], self._broken)
         self.rejects.add_metric([], self._rejects)
         yield from (self.duration, self.broken, self.rejects, self.probe_failures, self.healthy,
                     self.fails, self.failed_fast, self.loops, self.private, self.ready,
-                    self.tunnel_up, self.tunnel_info, self.tunnel_since)
+                    self.tunnel_up, self.tunnel_info, self.tunnel_since, self.interface,
+                    self.canary_passed, self.canaries, self.canary_at)
+
+
+class _NameFamilies:
+    """What the pod's search list saved (core/names.py, core/search.py), per zone."""
+
+    def __init__(self) -> None:
+        def counter(name: str, text: str) -> CounterMetricFamily:
+            return CounterMetricFamily(name, text, labels=["zone"])
+        self.leaks = counter("splitdns_search_leaks_prevented", "Tries of a search walk that put a "
+                             "search suffix after a name another zone owns (a tunnel zone, the "
+                             "cluster zone), answered NXDOMAIN here instead of leaving.")
+        self.impossible = counter("splitdns_k8s_schema_answers", "Names the Kubernetes DNS schema "
+                                  "rules out, answered NXDOMAIN here (k8s_schema).")
+        self.aaaa = counter("splitdns_filtered_aaaa", "AAAA queries answered NODATA here (filter_aaaa).")
+        self.success = counter("splitdns_autopath_success", "Search walks autopath ended on an answer "
+                               "(CoreDNS's coredns_autopath_success_total).")
+        self.saved = counter("splitdns_autopath_queries_saved", "Queries the clients did not have to "
+                             "send: the tries of their search walk autopath made for them.")
+
+    def add(self, zone: Zone) -> None:
+        name = zone.block.zones[0]
+        if zone.guard is not None:
+            counts = zone.stats.guarded
+            self.leaks.add_metric([name], counts[names.LEAK])
+            self.impossible.add_metric([name], counts[names.IMPOSSIBLE])
+            self.aaaa.add_metric([name], counts[names.NO_IPV6])
+        if zone.autopath is not None:
+            self.success.add_metric([name], zone.autopath.successes)
+            self.saved.add_metric([name], zone.autopath.saved)
+
+    def families(self) -> Iterator[CounterMetricFamily]:
+        yield from (self.leaks, self.impossible, self.aaaa, self.success, self.saved)
 
 
 # Every zone's answers by these (rcode, plugin) exist from the start: rate() counts a counter's
 # increase from its first sample, so a series born with a burst of SERVFAILs would hide that
 # burst from the SERVFAIL-ratio alert.
 _ALWAYS = (("NOERROR", "forward"), ("SERVFAIL", "forward"))
-# The directives that make a zone a tunnel zone: the `kind` label of the tunnel series.
-_TUNNEL_KINDS = ("openvpn", "wireguard")
-
 
 def registry(collector: ServerCollector) -> CollectorRegistry:
     reg = CollectorRegistry(auto_describe=False)

@@ -28,14 +28,13 @@ import dns.rdatatype
 from splitdns import config, corefile, directives
 from splitdns.addresses import host_port
 from splitdns.codec import wire
-from splitdns.core import liveness, metrics
+from splitdns.core import confinement, liveness, metrics
 from splitdns.core.routing import Router
 from splitdns.core.tunnel import TunnelState
 from splitdns.core.zone import Zone
-from splitdns.directives.openvpn import OpenVPNSpec
-from splitdns.directives.wireguard import WireGuardSpec
+from splitdns.directives import TunnelSpec
 from splitdns.errors import ConfigError
-from splitdns.shell import http, logs, openvpn, wireguard
+from splitdns.shell import canaries, http, logs, tunnel_watcher, tunnels
 from splitdns.shell.server import Server, spawn_into
 
 PROBE_INTERVAL = 1.0
@@ -74,9 +73,6 @@ def _fingerprint(path: str, error: str) -> str:
     return data.hexdigest()
 
 
-TunnelSpec = OpenVPNSpec | WireGuardSpec
-
-
 @dataclass
 class Runtime:
     server: Server
@@ -91,7 +87,7 @@ class Runtime:
     _reload_now: asyncio.Event = field(default_factory=asyncio.Event)
     _signalled: asyncio.Event | None = None  # set by SIGTERM, SIGINT or SIGQUIT (take_signals)
     _quit_now: bool = False                  # SIGQUIT: no drain
-    _watchers: dict[TunnelSpec, tuple[openvpn.Watcher | wireguard.Watcher, asyncio.Task[None]]] = \
+    _watchers: dict[TunnelSpec, tuple[tunnel_watcher.Watcher, asyncio.Task[None]]] = \
         field(default_factory=dict)
 
     # -- start and stop ------------------------------------------------------------------------
@@ -250,7 +246,8 @@ class Runtime:
         problems = liveness.problems(zones, wanted, self.stopping)
         if problems:
             return 503, "text/plain", ("not ready\n" + "\n".join(problems) + "\n").encode()
-        return 200, "text/plain", b"OK"
+        shown = liveness.proofs(zones, wanted) if wanted else []  # the tunnel canary's answer
+        return 200, "text/plain", ("OK\n" + "\n".join(shown) + "\n").encode() if shown else b"OK"
 
     def _probe_unheard(self, zone: Zone) -> None:
         """Probe the zone's upstreams that have been silent a while, so a live check follows
@@ -359,26 +356,27 @@ class Runtime:
     # -- the tunnel ----------------------------------------------------------------------------
 
     def _follow_tunnels(self) -> None:
-        """One watcher per `openvpn` or `wireguard` spec; zones that share a spec share its state."""
-        specs = {s for z in self.server.zones.values() if (s := _tunnel_of(z)) is not None}
-        for spec in set(self._watchers) - specs:
+        """One watcher per tunnel spec (shell/tunnels.py); zones that share a spec share its state."""
+        specs = {spec: kind for z in self.server.zones.values()
+                 if (kind := z.block.tunnel) is not None and (spec := z.block.tunnel_spec) is not None}
+        for spec in set(self._watchers) - set(specs):
             self._watchers.pop(spec)[1].cancel()
-        for spec in specs:
+        for spec, kind in specs.items():
             if spec not in self._watchers:
-                on_change = functools.partial(self._tunnel_changed, spec)
-                watcher = openvpn.Watcher(spec, on_change) if isinstance(spec, OpenVPNSpec) \
-                    else wireguard.Watcher(spec, on_change)
+                watcher = tunnels.watcher(kind, spec, functools.partial(self._tunnel_changed, spec))
                 self._watchers[spec] = (watcher, asyncio.ensure_future(watcher.run()))
             self._tunnel_changed(spec, self._watchers[spec][0].state)
 
     def _tunnel_changed(self, spec: TunnelSpec, state: TunnelState) -> None:
+        state = confinement.confine(state, spec)  # the interface its queries may leave by
         ours = set(self.server.config.listeners())
-        origin = "pushed by the VPN server" if isinstance(spec, OpenVPNSpec) else \
-            f"the DNS = line of WireGuard interface {spec.interface}"
         for zone in self.server.zones.values():
-            if _tunnel_of(zone) != spec:
+            if zone.block.tunnel_spec != spec:
                 continue
-            change = liveness.follow_tunnel(zone, state, ours, origin)
+            before = zone.tunnel
+            change = liveness.follow_tunnel(zone, state, ours, spec.dns_origin)
+            canaries.follow(zone, before, state, self.server.ask_upstreams, self._spawn,
+                            lambda z: z in self.server.zones.values())
             zone.stats.tunnel.seen(state.up, time.time())
             if change.learn is not None:
                 self.server.learn_zones(zone, change.learn)
@@ -389,7 +387,3 @@ class Runtime:
 
     def _spawn(self, coro: Coroutine[object, object, None]) -> None:
         spawn_into(self._tasks, coro)
-
-
-def _tunnel_of(zone: Zone) -> TunnelSpec | None:
-    return zone.block[directives.OPENVPN] or zone.block[directives.WIREGUARD]

@@ -31,6 +31,7 @@ from splitdns.codec.entries import Entry
 from splitdns.core.decisions import Answer, Forward, Settled
 from splitdns.core.exchange import Done, Send
 from splitdns.core.flight import Flight
+from splitdns.core.search import Search
 from splitdns.shell import datagrams, upstream
 from splitdns.shell.deadlines import Deadline, Deadlines
 
@@ -91,6 +92,9 @@ class Misses:
         res = self.resolution
         try:
             decided = zone.begin(q, now) if routed is None else zone.walk(q, now)
+            if isinstance(decided, Search):  # autopath: several exchanges in turn, as a task
+                res.spawn(_searched(zone, q, decided, listener, peer, size, now, res))
+                return True
             if isinstance(decided, Answer):
                 res.carry_out(zone, q, decided, listener.router)
                 reply(zone, q, listener, peer, size, now, decided.reply, res)
@@ -187,7 +191,7 @@ class Miss:
                 self.step = step
                 res.spawn(self._ask_stream(step))
                 return
-            error = self._send(step, up.host, up.port, up.source) if step.timeout > 0 else \
+            error = self._send(step, up.host, up.port, up.source, up.device) if step.timeout > 0 else \
                 "no time left before the deadline"
             if error is None:
                 self.step = step
@@ -195,13 +199,16 @@ class Miss:
             step = self._failed(step, error, False)
         self._settled(step)
 
-    def _send(self, step: Send, host: str, port: int, source: str | None) -> str | None:
+    def _send(self, step: Send, host: str, port: int, source: str | None,
+              device: str | None) -> str | None:
         """Send the attempt over a fresh socket and start waiting; the error if it failed."""
         self.sent = sent = wire.upstream_query(self.flight.forward.asked, self.res.query_ids())
         sock = _socket.socket(_AF_INET6 if ":" in host else _AF_INET, _DGRAM)
         try:
             if not _NONBLOCK:
                 sock.setblocking(False)
+            if device is not None:  # a tunnel's interface: before connect, once
+                upstream.bind_device(sock, device)
             if source is not None:  # forward's source_address
                 sock.bind((source, 0))
             sock.connect((host, port))
@@ -371,3 +378,13 @@ def reply(zone: Zone, q: wire.Query, listener: Listener, peer: datagrams.Peer, s
     except OSError:
         pass
     res.account(zone, q, listener, peer, "udp", size, out, start, via)
+
+
+async def _searched(zone: Zone, q: wire.Query, walk: Search, listener: Listener, peer: datagrams.Peer,
+                    size: int, start: float, res: Resolution) -> None:
+    try:
+        out = await res.search(zone, q, walk, listener.router)
+    except Exception as err:  # our own bug: the client still gets an answer, we a log line
+        res.internal_error(err)
+        out = wire.error_reply(q, dns.rcode.SERVFAIL)
+    reply(zone, q, listener, peer, size, start, out, res)

@@ -12,13 +12,13 @@ import asyncio
 import contextlib
 import json
 import os
-from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
-from splitdns.addresses import host_port
-from splitdns.core import tunnel
+from splitdns.core import confinement, tunnel
+from splitdns.core import openvpn as openvpn_words
 from splitdns.directives.openvpn import OpenVPNSpec
-from splitdns.shell import logs
+from splitdns.shell import interfaces, tunnel_watcher
 
 RETRY = 1.0
 POLL = 0.2          # the state file: a change is seen within 200 ms
@@ -26,22 +26,27 @@ CONNECT_TIMEOUT = 2.0
 MAX_LINE = 65536
 
 
-class Watcher:
+class Watcher(tunnel_watcher.Watcher):
     """Keeps the latest TunnelState for one `openvpn` spec and reports every change."""
 
-    def __init__(self, spec: OpenVPNSpec, on_change: Callable[[tunnel.TunnelState], None]) -> None:
-        self.spec = spec
-        self.on_change = on_change
-        self.state = tunnel.TunnelState()
+    log_as = "plugin/openvpn"
+    dns_words = "pushed DNS"
+    spec: OpenVPNSpec
+
+    def __init__(self, spec: OpenVPNSpec, on_change: tunnel_watcher.OnChange) -> None:
+        super().__init__(spec, on_change, tunnel.not_heard("OpenVPN"))
         self.pushed = tunnel.Pushed()
+        self.device = ""  # the interface OpenVPN opened, as it last said
+        self.local_address = ""  # the tunnel's address on our side, from the CONNECTED line
 
     def _set(self, state: tunnel.TunnelState) -> None:
-        if state != self.state:
-            if state.status != self.state.status or state.pushed != self.state.pushed:
-                logs.info(f"plugin/openvpn: {state.describe()}"
-                          + (f", pushed DNS {_servers(state)}" if state.up else ""))
-            self.state = state
-            self.on_change(state)
+        if state.status == tunnel.UP and not state.device:
+            # Attached late, the log line naming the interface may be out of OpenVPN's history:
+            # the interface that holds the tunnel's address is the tunnel's.
+            device = self.device or (interfaces.holding(self.local_address) or "")
+            if device:
+                state = replace(state, device=device)
+        super()._set(state)
 
     async def run(self) -> None:
         jobs = []
@@ -114,7 +119,7 @@ class Watcher:
                 except (OSError, ValueError) as err:
                     self._set(tunnel.TunnelState(tunnel.DOWN, f"cannot read {path}: {err}"))
                 else:
-                    self._set(tunnel.from_json(data))
+                    self._set(openvpn_words.from_json(data))
             seen = stamp
             await asyncio.sleep(POLL)
 
@@ -142,7 +147,8 @@ class _Session:
 
     def history(self, line: str) -> None:
         fields = line.split(",")
-        state = tunnel.state_from_line(fields, self.watcher.pushed)
+        self._connected_at(fields)
+        state = openvpn_words.state_from_line(fields, self.watcher.pushed)
         if state is not None:
             self.watcher._set(state)
         elif len(fields) >= 3:
@@ -151,7 +157,9 @@ class _Session:
     async def line(self, line: str, writer: asyncio.StreamWriter) -> None:
         w = self.watcher
         if line.startswith(">STATE:"):
-            state = tunnel.state_from_line(line[len(">STATE:"):].split(","), w.pushed)
+            fields = line[len(">STATE:"):].split(",")
+            self._connected_at(fields)
+            state = openvpn_words.state_from_line(fields, w.pushed)
             if state is not None:
                 w._set(state)
         elif line.startswith(">UPDOWN:"):
@@ -166,13 +174,19 @@ class _Session:
             writer.write(_password(w.spec.password_file).encode() + b"\n")
             await writer.drain()
 
+    def _connected_at(self, fields: list[str]) -> None:
+        """`time,CONNECTED,SUCCESS,local address,...`: the tunnel's address on our side."""
+        if len(fields) > 3 and fields[1] == "CONNECTED":
+            self.watcher.local_address = fields[3]
+
     def _updown(self, text: str) -> None:
         w = self.watcher
         if text in ("UP", "DOWN"):
             self.updown, self.env = text, {}
         elif text == "ENV,END" and self.env is not None:
             if self.updown == "UP":
-                w.pushed = tunnel.from_env(self.env)
+                w.pushed = openvpn_words.from_env(self.env)
+                w.device = self.env.get("dev", w.device)
                 w._set(tunnel.TunnelState(tunnel.UP, "up (UPDOWN)", w.pushed))
             else:
                 w._set(tunnel.TunnelState(tunnel.DOWN, "the tunnel went down", w.pushed))
@@ -182,7 +196,14 @@ class _Session:
             self.env[name] = value
 
     def _log(self, message: str) -> None:
-        pushed = tunnel.from_push_reply(message)
+        device = confinement.device_from_log(message)
+        if device is not None:  # after the PUSH_REPLY in OpenVPN's log, and after CONNECTED here
+            w = self.watcher
+            w.device = device
+            if w.state.status == tunnel.UP and w.state.device != device:
+                w._set(replace(w.state, device=device))
+            return
+        pushed = openvpn_words.from_push_reply(message)
         if pushed is not None and pushed.servers:
             w = self.watcher
             w.pushed = pushed
@@ -204,14 +225,10 @@ def _why(err: BaseException) -> str:
     return getattr(err, "strerror", None) or str(err)
 
 
-def _servers(state: tunnel.TunnelState) -> str:
-    return ", ".join(host_port(h, p) for h, p in state.pushed.servers)
-
-
 def write_state(path: str, state: tunnel.TunnelState) -> None:
     """Atomically, so the watcher never reads half a file."""
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(tunnel.to_json(state)), encoding="utf-8")
+    tmp.write_text(json.dumps(openvpn_words.to_json(state)), encoding="utf-8")
     os.replace(tmp, target)

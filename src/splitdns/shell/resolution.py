@@ -21,11 +21,13 @@ from splitdns import directives
 from splitdns.codec import queries, wire
 from splitdns.codec.entries import Entry
 from splitdns.config import Block, Config
+from splitdns.core import search
 from splitdns.core.decisions import Answer, Forward, LogLine, Note, QueryError, Settled
 from splitdns.core.exchange import Done, Send
 from splitdns.core.flight import Flight, ProbeFlight
 from splitdns.core.loop import LoopProbes
 from splitdns.core.routing import Router, unrouted
+from splitdns.core.search import Search
 from splitdns.core.zone import Zone
 from splitdns.shell import datagrams, error_log, logs, upstream
 from splitdns.shell.health_checks import UpstreamHealthChecks
@@ -69,18 +71,51 @@ class Resolution:
         self.internal_errors += 1
         logs.error(f"internal error while resolving: {type(err).__name__}: {err}")
 
-    async def _resolve(self, q: wire.Query, router: Router) -> tuple[bytes, Zone | None, Done | None]:
+    async def _resolve(self, q: wire.Query, router: Router,
+                       searching: bool = True) -> tuple[bytes, Zone | None, Done | None]:
         zone = router.route(q.name)
         if zone is None:
             return unrouted(q), None, None
-        decided = zone.begin(q, self.clock())
+        decided = zone.begin(q, self.clock(), searching)
+        if isinstance(decided, Search):
+            return await self.search(zone, q, decided, router), zone, None
+        out, done = await self._carry(zone, q, decided, router)
+        return out, zone, done
+
+    async def _carry(self, zone: Zone, q: wire.Query, decided: Answer | Forward,
+                     router: Router) -> tuple[bytes, Done | None]:
+        """The reply to what the zone decided: the answer, or the flight's outcome."""
         if isinstance(decided, Answer):
             self.carry_out(zone, q, decided, router)
-            return decided.reply, zone, None
+            return decided.reply, None
         done, entry = await self._flight(zone, q, decided, router)
         answer = zone.finish(q, decided, done, entry, self.clock())
         self.emit(zone, q, answer.notes)
-        return answer.reply, zone, done
+        return answer.reply, done
+
+    async def search(self, zone: Zone, q: wire.Query, walk: Search, router: Router) -> bytes:
+        """`autopath`: the client's walk, one try after the other through whichever zone owns
+        each (none starts a walk of its own), until one is not NXDOMAIN (core/search.py)."""
+        assert zone.autopath is not None and walk.first is not None
+        first = None
+        if walk.start == 0:
+            first, _ = await self._carry(zone, q, walk.first, router)
+            if not search.is_nxdomain(first):
+                zone.autopath.ended(walk, q, 0, self.clock())
+                return first
+        for index in range(max(walk.start, 1), len(walk.tries) + 1):
+            tried = walk.tries[index - 1]
+            out, _, _ = await self._resolve(tried, router, searching=False)
+            if not search.is_nxdomain(out):
+                now = self.clock()
+                zone.autopath.ended(walk, q, index, now)
+                reply = search.answer(q, out, tried)
+                if zone.cache is not None:
+                    zone.cache.keep(q, reply, now)
+                return reply
+        if first is None:  # began later on a paired query's path, and every try is gone now
+            first, _ = await self._carry(zone, q, walk.first, router)
+        return first
 
     def carry_out(self, zone: Zone, q: wire.Query, answer: Answer, router: Router) -> None:
         """What goes with an answer: its log lines, and the refresh behind it."""

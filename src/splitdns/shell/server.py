@@ -18,11 +18,13 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from splitdns.codec import wire
 from splitdns.config import Block, Config
 from splitdns.core import metrics
 from splitdns.core.cache import Cache
 from splitdns.core.exchange import Done
 from splitdns.core.loop import LoopProbes
+from splitdns.core.names import Pod, pod_of
 from splitdns.core.routing import Router, cache_key
 from splitdns.core.zone import Zone
 from splitdns.shell import datagrams, hostsfiles, tcp, upstream
@@ -49,6 +51,7 @@ class Server:
     zones: dict[Block, Zone] = field(default_factory=dict)
     unrouted: dict[int, metrics.ZoneStats] = field(default_factory=dict)  # by port (Listener)
     _hosts_watch: asyncio.Task[None] | None = None  # hostsfiles.watch, cancelled at the end
+    pod: Pod | None = None  # the pod's search list and protected names (core/names.py)
 
     def __post_init__(self) -> None:
         Cache.wall_offset = time.time() - self.clock()  # the cache judges RRSIG times in wall time
@@ -83,8 +86,16 @@ class Server:
     def _zone(self, block: Block, cache: Cache | None = None) -> Zone:
         return Zone(block, cache, self.config.limits.cache_memory, self.loop_probes)
 
+    def _know_pod(self, config: Config) -> None:
+        """Tell every zone what the Corefile says of the pod (names.py decides which guards
+        apply where); the domains a VPN pushes join the protected names as they come."""
+        self.pod = pod_of(config.blocks)
+        for zone in self.zones.values():
+            zone.know_pod(self.pod)
+
     async def start(self) -> None:
         self.zones = {block: self._zone(block) for block in self.config.blocks}
+        self._know_pod(self.config)
         hostsfiles.refresh_all(self.zones.values())
         await self._listen(self.config, {})
         self._hosts_watch = asyncio.get_running_loop().create_task(
@@ -129,10 +140,12 @@ class Server:
                                                   config.limits.cache_memory, self.loop_probes)
                       for b in config.blocks}
         hostsfiles.refresh_all(z for b, z in self.zones.items() if b not in old_zones)
+        self._know_pod(config)
         try:
             await self._listen(config, dict(old_listeners))
         except OSError:
             self.zones = old_zones
+            self._know_pod(old_config)
             self.listeners = list(old_listeners.values())
             for (host, port), listener in old_listeners.items():
                 blocks = old_config.listeners().get((host, port), ())
@@ -171,6 +184,8 @@ class Server:
         """Route names the VPN pushed (`openvpn { domains }`) to the zone, on its listeners."""
         for listener in self.listeners:
             listener.learn(zone, names)
+        if self.pod is not None:
+            self.pod.protected.update(wire.name_to_wire(n) for n in names)
 
     def _close_listener(self, listener: Listener) -> None:
         if listener.udp is not None:

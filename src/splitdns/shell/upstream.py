@@ -21,9 +21,18 @@ import weakref
 from splitdns.codec import reply as replies
 from splitdns.codec import wire
 from splitdns.directives.forward import Upstream
-from splitdns.shell.attempt import Counters, UpstreamError, UpstreamTimeout, describe, stream_reply
+from splitdns.shell.attempt import (
+    Counters,
+    UpstreamError,
+    UpstreamTimeout,
+    bind_device,
+    bound_stream,
+    describe,
+    stream_reply,
+)
 
-__all__ = ["Counters", "QueryIds", "UpstreamError", "UpstreamTimeout", "ask", "describe", "stream_reply"]
+__all__ = ["Counters", "QueryIds", "UpstreamError", "UpstreamTimeout", "ask", "bind_device", "describe",
+           "stream_reply"]
 
 
 class QueryIds:
@@ -90,6 +99,8 @@ async def _ask_udp(sent: bytes, up: Upstream, timeout: float,
         if not _NONBLOCK:
             sock.setblocking(False)
         try:
+            if up.device is not None:  # a tunnel's interface: before connect, once
+                bind_device(sock, up.device)
             if up.source is not None:  # forward's source_address
                 sock.bind((up.source, 0))
             sock.connect((up.host, up.port))
@@ -140,8 +151,11 @@ async def _ask_tcp(sent: bytes, up: Upstream, timeout: float,
     writer = None
     try:
         async with asyncio.timeout(timeout):
-            reader, writer = await asyncio.open_connection(
-                up.host, up.port, local_addr=None if up.source is None else (up.source, 0))
+            if up.device is not None:  # a tunnel's interface, bound before connect
+                reader, writer = await asyncio.open_connection(sock=await bound_stream(up))
+            else:
+                reader, writer = await asyncio.open_connection(
+                    up.host, up.port, local_addr=None if up.source is None else (up.source, 0))
             writer.write(struct.pack("!H", len(sent)) + sent)
             await writer.drain()
             length = struct.unpack("!H", await reader.readexactly(2))[0]

@@ -20,41 +20,37 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from splitdns.addresses import host_port
+import dns.rdatatype
+
+from splitdns.codec import wire
 from splitdns.core import tunnel
 from splitdns.core import wireguard as wg
 from splitdns.directives.wireguard import WireGuardSpec
-from splitdns.shell import logs
+from splitdns.shell import tunnel_watcher
+from splitdns.shell.attempt import bind_device
 
 POLL = 0.2          # a change is seen within 200 ms
 POKE_INTERVAL = 5.0  # WireGuard retries a handshake every 5 s (REKEY_TIMEOUT) while there is traffic
 SIOCGIFFLAGS = 0x8913
 IFF_UP = 0x1
 MAX_FILE = 65536
+_ROOT_NS = wire.question_query(b"\x00", dns.rdatatype.NS)
 
 Stamp = tuple[int, int, int] | None
 
 
-class Watcher:
+class Watcher(tunnel_watcher.Watcher):
     """Keeps the latest TunnelState for one `wireguard` spec and reports every change."""
 
-    def __init__(self, spec: WireGuardSpec, on_change: Callable[[tunnel.TunnelState], None],
+    log_as = "plugin/wireguard"
+    spec: WireGuardSpec
+
+    def __init__(self, spec: WireGuardSpec, on_change: tunnel_watcher.OnChange,
                  wall: Callable[[], float] = time.time) -> None:
-        self.spec = spec
-        self.on_change = on_change
+        super().__init__(spec, on_change, tunnel.not_heard("wg-quick"))
         self.wall = wall
-        self.state = tunnel.TunnelState(tunnel.UNKNOWN, "no word from wg-quick yet")
         self._files: dict[str, tuple[Stamp, str | None]] = {}
         self._poked = 0.0
-
-    def _set(self, state: tunnel.TunnelState) -> None:
-        if state == self.state:
-            return
-        if state.status != self.state.status or state.pushed != self.state.pushed:
-            servers = ", ".join(host_port(h, p) for h, p in state.pushed.servers)
-            logs.info(f"plugin/wireguard: {state.describe()}" + (f", DNS {servers}" if state.up else ""))
-        self.state = state
-        self.on_change(state)
 
     async def run(self) -> None:
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
@@ -129,10 +125,12 @@ class Watcher:
         self._poked = now
         host, port = self.state.pushed.servers[0]
         # `. NS`, recursion desired: any DNS server answers it, and the answer is not awaited.
-        query = struct.pack("!HHHHHH", secrets.randbits(16), 0x0100, 1, 0, 0, 0) + b"\x00\x00\x02\x00\x01"
+        query = wire.upstream_query(_ROOT_NS, secrets.randbits(16), health_probe=True)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as s:
             s.setblocking(False)
+            if self.spec.bind_to_tunnel:  # as the zone's queries: by the tunnel or not at all
+                bind_device(s, self.spec.interface)
             s.sendto(query, (host, port))
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from splitdns import config
-from splitdns.commands.verify import checks, diagnosis
+from splitdns.commands.verify import checks, diagnosis, leaks
 from splitdns.errors import ConfigError
 
 DEFAULT_NAME = "kubernetes.default.svc.cluster.local"
@@ -51,6 +51,7 @@ class Run:
     transcripts: list[str] = field(default_factory=list)
     views: list[str] = field(default_factory=list)
     started: str = ""
+    leaks: list[str] = field(default_factory=list)  # where the tunnel zones' queries leave (leaks.py)
 
 
 def run(opts: Options) -> int:
@@ -66,6 +67,9 @@ def run(opts: Options) -> int:
     verdict = diagnosis.diagnose([r.observation for r in runs])
     markdown = render_markdown(runs, verdict)
     print(_summary(verdict))
+    for run in runs:
+        if run.leaks:
+            print(f"  tunnel zones ({run.observation.phase}): {run.leaks[0]}")
     try:
         paths = _write(opts.out, markdown, _to_json(runs, verdict))
     except OSError as err:
@@ -94,7 +98,8 @@ def _local(opts: Options, phase: str) -> Run:
     by_name = {c.name.rstrip(".") + ".": c for c in names}
     tcp = [checks.check_tcp(t, by_name, opts.server, opts.port) for t in opts.tcp] if answered else []
     obs = diagnosis.Observation(phase, resolv, answered, tuple(names), tuple(tcp), opts.server, opts.port)
-    return Run(obs, transcripts, views, started)
+    found = leaks.section(cfg, opts.server, opts.port) if cfg is not None and answered else []
+    return Run(obs, transcripts, views, started, found)
 
 
 def _progress(line: str) -> None:
@@ -200,7 +205,7 @@ def _kubectl(opts: Options, args: list[str]) -> str:
 
 def _run_to_json(run: Run) -> dict[str, object]:
     return {"observation": dataclasses.asdict(run.observation), "transcripts": run.transcripts,
-            "views": run.views, "started": run.started}
+            "views": run.views, "started": run.started, "leaks": run.leaks}
 
 
 def _run_from_json(data: dict[str, object]) -> Run:
@@ -209,7 +214,8 @@ def _run_from_json(data: dict[str, object]) -> Run:
                                                 "upstreams": tuple(n["upstreams"])}) for n in obs["names"])
     obs["tcp"] = tuple(diagnosis.TcpCheck(**t) for t in obs["tcp"])
     return Run(diagnosis.Observation(**obs), list(data["transcripts"]),  # type: ignore[call-overload]
-               list(data["views"]), str(data["started"]))  # type: ignore[call-overload]
+               list(data["views"]), str(data["started"]),  # type: ignore[call-overload]
+               list(data.get("leaks", [])))  # type: ignore[call-overload]
 
 
 def _to_json(runs: list[Run], verdict: diagnosis.Verdict) -> dict[str, object]:
@@ -233,6 +239,9 @@ def render_markdown(runs: list[Run], verdict: diagnosis.Verdict) -> str:
         out += ["", f"## {obs.phase} ({run.started})", "", "### The pod's resolv.conf", "", "```",
                 obs.resolv_conf.rstrip(), "```", "", "### Who owns each name (the resolver's view)", ""]
         out += [f"- {v}" for v in run.views]
+        if run.leaks:
+            out += ["", "### Where the tunnel zones' queries leave (as `splitdns verify leaks`)", "",
+                    "```", *run.leaks, "```"]
         if obs.tcp:
             out += ["", "### TCP paths", ""]
             out += [f"- {t.target} -> {t.address or '?'}: {t.outcome}" for t in obs.tcp]
