@@ -54,12 +54,6 @@ def _holes(name: str) -> Iterator[str]:
                 yield name[:i] + _HOLE + name[i + 1:]
 
 
-def one_slip(a: str, b: str) -> bool:
-    """Whether `a` and `b` are one slip apart (time linear in their length)."""
-    return a != b and (b in set(_dropped(a)) or a in set(_dropped(b)) or b in set(_swapped(a))
-                       or bool(set(_holes(a)) & set(_holes(b))))
-
-
 def cluster_slip(name: str) -> bool:
     """Whether the last labels of `name` are a slip of the cluster domain (`cluster.lcoal`)."""
     tail = ".".join(_labels(name)[-_CLUSTER_SIZE:]) + "."
@@ -73,7 +67,9 @@ def near_misses(names: list[str]) -> list[tuple[str, str]]:
     """(slip, meant) for each pair of distinct `names` one slip apart, each pair once, `meant`
     the one written first; and (slip, CLUSTER_DOMAIN) for a name whose last labels are a slip of
     the cluster domain."""
-    order = {name: i for i, name in reversed(list(enumerate(names)))}
+    order: dict[str, int] = {}
+    for i, name in enumerate(names):
+        order.setdefault(name, i)  # where each name is first written
     cluster_slips = [name for name in order if cluster_slip(name)]
     cluster_slips_set = set(cluster_slips)
     found: dict[frozenset[str], tuple[str, str]] = {}
@@ -95,6 +91,7 @@ def near_misses(names: list[str]) -> list[tuple[str, str]]:
     return [(name, CLUSTER_DOMAIN) for name in cluster_slips] + list(found.values())
 
 
+# The cluster domain's own slips, once (they need the functions above).
 _CLUSTER_SIZE = len(_labels(CLUSTER_DOMAIN))
 _CLUSTER_SLIPS = frozenset((*_dropped(CLUSTER_DOMAIN), *_swapped(CLUSTER_DOMAIN)))
 _CLUSTER_HOLES = frozenset(_holes(CLUSTER_DOMAIN))
