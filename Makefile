@@ -140,6 +140,7 @@ BENCH_ARGS ?=
 
 .PHONY: bench deps-bench
 bench: deps-bench $(VENV)/.bench-installed
+	$(BIN)/python -m bench.check_scale
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
 	$(BIN)/python -m bench.search_walk
 

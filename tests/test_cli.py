@@ -4,6 +4,7 @@ and the kubectl plugin entry point, run as installed (through kubectl itself whe
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import shlex
@@ -217,3 +218,21 @@ def test_serve_without_a_corefile_says_what_to_pass(tmp_path: Path, monkeypatch:
     assert cli.main(["serve"]) == 2
     err = capsys.readouterr().err
     assert err == "[ERROR] no ./Corefile here: pass the Corefile to serve with -conf FILE\n"
+
+
+def test_every_command_that_reads_a_corefile_takes_conf_and_corefile_alike(tmp_path: Path) -> None:
+    """serve, explain, verify spoke CoreDNS's -conf; render and inject --corefile; each refused the other."""
+    parser = cli.build_parser()
+    for command, extra, dest in (("serve", [], "conf"), ("explain", ["x"], "conf"), ("verify", [], "conf"),
+                                 ("render", [], "corefile"), ("inject", [], "corefile")):
+        for flag in ("-conf", "--conf", "--corefile"):
+            args, unknown = parser.parse_known_args([command, *extra, flag, "C"])
+            assert (unknown, getattr(args, dest)) == ([], "C"), (command, flag)
+
+
+def test_check_reads_stdin_as_inject_does(monkeypatch: pytest.MonkeyPatch,
+                                          capsys: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr("sys.stdin", io.StringIO(".:53 {\n forward . 127.0.0.1\n}\n"))
+    assert cli.main(["check", "--brief", "-"]) == 2
+    assert capsys.readouterr().out.startswith("<stdin>:2: SD101 error forward . sends queries to "
+                                              "127.0.0.1:53")

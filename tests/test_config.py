@@ -163,7 +163,8 @@ def test_catch_all_to_a_resolv_conf_naming_ourselves_is_refused(tmp_path: Path) 
         load(f".:53 {{\n errors\n forward . {resolv}\n}}\n")
     message = str(caught.value)
     assert message.startswith("Corefile:3: forward . sends queries to 127.0.0.1:53")
-    assert f"(read from {resolv})" in message and "this server itself" in message
+    assert f"(read from {resolv}, line 1: `nameserver 127.0.0.1`)" in message
+    assert "this server itself" in message
     assert "kube-dns" in message  # the fix, not only the diagnosis
 
 
@@ -229,3 +230,25 @@ def test_keys_on_several_ports_make_one_block_per_port_as_in_coredns() -> None:
     assert [(b.zones, b.port) for b in loaded.blocks] == [(("a.example.", "c.example."), 53),
                                                           (("b.example.",), 54)]
     assert loaded.blocks[0].forwards == loaded.blocks[1].forwards
+
+
+@pytest.mark.parametrize(("target", "said"), [
+    ("::1:5300", "forward: ::1:5300 is ambiguous: for port 5300 of ::1 write [::1]:5300; for the address "
+                 "::1:5300 on port 53 write [::1:5300]"),
+    ("127.0.0.1:99999", "forward: 127.0.0.1:99999: port 99999 out of range (1 to 65535)"),
+    ("[::1]:70000", "forward: [::1]:70000: port 70000 out of range (1 to 65535)"),
+    ("127.0.0.1:0", "forward: 127.0.0.1:0: port 0 out of range (1 to 65535)"),
+])
+def test_an_address_that_cannot_mean_what_it_says_is_refused_with_the_form_to_write(
+        target: str, said: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load(f".:53 {{\n forward . {target}\n}}\n")
+    assert str(caught.value) == f"Corefile:2: {said}"
+
+
+@pytest.mark.parametrize(("target", "host", "port"), [
+    ("[::1]:5300", "::1", 5300), ("[::1:5300]", "::1:5300", 53), ("2001:db8::53", "2001:db8::53", 53)])
+def test_ipv6_targets_in_brackets_or_without_a_port_like_group_load(
+        target: str, host: str, port: int) -> None:
+    up = load(f".:53 {{\n forward . {target}\n}}\n").blocks[0].forwards[0].upstreams[0]
+    assert (up.host, up.port) == (host, port)

@@ -138,3 +138,34 @@ svc.acme.internal {
     assert any(line.startswith(f"{steps}: rewrite asks for db.svc.acme.internal. instead") for line in lines)
     assert "  upstreams: 10.100.0.10:53; policy random" in lines  # still this block's forward
     assert f"{steps} pass an A query for it on" in explain("www.example.org", path)
+
+
+CLUSTER_CONFIGMAP = """apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: coredns
+  namespace: kube-system
+data:
+  Corefile: |
+    .:53 {
+        kubernetes cluster.local in-addr.arpa ip6.arpa {
+            fallthrough in-addr.arpa ip6.arpa
+        }
+        forward . /etc/resolv.conf
+    }
+"""
+
+
+def test_the_kubernetes_plugin_of_the_clusters_coredns_answers_cluster_names(tmp_path: Path) -> None:
+    path = tmp_path / "coredns.yaml"
+    path.write_text(CLUSTER_CONFIGMAP)
+    lines = explain("web.default.svc.cluster.local", str(path))
+    assert any(ln.startswith(f"  kubernetes ({path}:9): CoreDNS's kubernetes plugin answers names of "
+                             "cluster.local.") for ln in lines), lines
+    assert not any("forward ." in ln for ln in lines), lines
+    assert "no `fallthrough`" in lines[-1]
+    reverse = explain("10.0.0.1", str(path))
+    assert any("falls through" in ln for ln in reverse), reverse
+    public = explain("example.com", str(path))
+    assert not any("kubernetes (" in ln or "would refuse" in ln for ln in public), public
+    assert any(ln.startswith(f"  forward . ({path}:12)") for ln in public), public

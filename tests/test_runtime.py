@@ -54,6 +54,12 @@ def test_a_blackholed_upstream_costs_one_query_then_fails_fast_until_a_probe_is_
         poll_until("a probe to bring the upstream back", 5, lambda: True if dig(
             "back.example.org", server="127.0.0.1", port=r.port).rdata == ["192.0.2.7"] else None)
         print(f"answers again {time.monotonic() - recovered:.2f} s after the upstream recovered")
+        # Said once each in the log, with the zone and why, not only counted in the metrics.
+        poll_until("the upstream's return in the log", 5, lambda: "is back" in r.stderr() or None)
+        log = r.stderr().splitlines()
+    down = [ln for ln in log if f"zone . upstream {up.target} is down" in ln]
+    assert len(down) == 1 and "timeout" in down[0], log
+    assert len([ln for ln in log if f"upstream {up.target} is back" in ln]) == 1, log
 
 
 def ops_ports() -> tuple[int, int, int]:
@@ -154,3 +160,37 @@ def test_the_catch_all_is_ready_when_its_upstream_refuses_the_root_but_a_chosen_
             status, body = http_get(ready, "/ready")
             assert status == 503, body
             assert "probe.example.org. answered REFUSED" in body
+
+
+def test_sighup_is_logged_and_ignored_sigusr1_reloads_and_sigterm_says_it_drains(tmp_path: Path) -> None:
+    """As CoreDNS: SIGHUP does not end the server (here it is logged as ignored), SIGUSR1 reloads
+    the Corefile (with no `reload` directive too), SIGTERM drains and exits 0, each with its line."""
+    with scripted_upstream(tmp_path, ANSWER) as up, \
+            splitdns_serve(tmp_path, f"example.org {{\n forward . {up.target}\n}}\n") as r:
+        r.process.send_signal(signal.SIGHUP)
+        poll_until("the SIGHUP line", 5, lambda: "SIGHUP" in r.stderr() or None)
+        assert r.process.poll() is None, r.stderr()
+        assert dig("a.example.org", server="127.0.0.1", port=r.port).status == "NOERROR"
+        (r.workdir / "Corefile").write_text(f"example.org example.net {{\n forward . {up.target}\n}}\n")
+        r.process.send_signal(signal.SIGUSR1)
+        poll_until("the reload", 5, lambda: "Running configuration" in r.stderr() or None)
+        assert dig("a.example.net", server="127.0.0.1", port=r.port).status == "NOERROR"
+        r.process.send_signal(signal.SIGTERM)
+        assert r.process.wait(10) == 0
+        log = r.stderr()
+    assert "[INFO] SIGHUP: ignored" in log
+    assert "[INFO] SIGUSR1: reloading" in log
+    assert "[INFO] SIGTERM: draining" in log
+
+
+def test_sigusr2_is_ignored_with_a_line_and_sigquit_stops_at_once(tmp_path: Path) -> None:
+    with scripted_upstream(tmp_path, ANSWER) as up, \
+            splitdns_serve(tmp_path, f"example.org {{\n forward . {up.target}\n}}\n") as r:
+        r.process.send_signal(signal.SIGUSR2)
+        poll_until("the SIGUSR2 line", 5, lambda: "SIGUSR2" in r.stderr() or None)
+        assert r.process.poll() is None and dig("a.example.org", server="127.0.0.1",
+                                                port=r.port).status == "NOERROR"
+        r.process.send_signal(signal.SIGQUIT)
+        assert r.process.wait(5) == 0
+        log = r.stderr()
+    assert "[INFO] SIGUSR2: ignored" in log and "[INFO] SIGQUIT: quitting at once" in log

@@ -300,6 +300,42 @@ def test_a_dead_upstream_is_marked_down_fails_fast_probes_paced_and_comes_back()
     assert back <= 1.5
 
 
+def test_an_upstream_going_down_and_coming_back_is_logged_once_each_with_zone_and_reason() -> None:
+    """The metrics count it; the log says it, once when the upstream is marked down (zone,
+    upstream, the last error) and once when it is back, however many queries and probes."""
+    dead, target = [False], [""]
+    good = answering("10.8.0.5")
+
+    async def scenario() -> str:
+        async with FakeUpstream(lambda q: None if dead[0] else good(q), "127.0.0.23") as up, \
+                serving(f"corp.example {{\n forward . {up.target} {{\n read_timeout 200ms\n"
+                        " }\n}\n", clock=time.monotonic, runtime=True) as s:
+            target[0] = up.target
+            dead[0] = True
+            for i in range(4):
+                await s.ask(query(f"x{i}.corp.example."), timeout=3)
+            for _ in range(300):  # bounded: 3 s
+                if "is down" in s.log():
+                    break
+                await asyncio.sleep(0.01)
+            await asyncio.sleep(1.2)  # more failed probes: still one line
+            dead[0] = False
+            for _ in range(300):  # bounded: 3 s
+                if "is back" in s.log():
+                    break
+                await asyncio.sleep(0.01)
+            for i in range(3):
+                await s.ask(query(f"y{i}.corp.example."), timeout=3)
+            return s.log()
+
+    log = run(scenario)
+    down = [ln for ln in log.splitlines() if "is down" in ln]
+    assert len(down) == 1, log
+    assert f"zone corp.example. upstream {target[0]} is down" in down[0] and "timeout" in down[0], down
+    assert down[0].startswith("[WARNING] plugin/forward:")
+    assert len([ln for ln in log.splitlines() if "is back" in ln]) == 1, log
+
+
 # --- the pending cap (end to end: test_hostile_cache_load.py G2) -------------------------------
 
 def test_past_the_pending_cap_a_zone_refuses_at_once_and_other_zones_answer() -> None:

@@ -31,18 +31,43 @@ def standin_kubectl(bin_dir: Path, log: Path) -> None:
     script.chmod(script.stat().st_mode | stat.S_IXUSR)
 
 
-def test_cluster_mode_execs_in_the_dns_container_unless_told_otherwise(
+def test_cluster_mode_execs_in_the_resolvers_container_unless_told_otherwise(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
-    # The pod render writes runs splitdns in the container `dns`; kubectl's default container is the
-    # app, which has no splitdns: `kubectl splitdns verify deploy/app` must not land there.
+    # inject and the webhook name the resolver's container `splitdns`; kubectl's default container
+    # is the app, which has no splitdns: `kubectl splitdns verify deploy/app` must not land there.
     log = tmp_path / "kubectl.log"
     standin_kubectl(tmp_path / "bin", log)
     monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}")
     assert cli.main(["verify", "deploy/app", "-n", "shop"]) == 1
     assert cli.main(["verify", "deploy/app", "-c", "resolver"]) == 1
     calls = log.read_text().splitlines()
-    assert calls[0].startswith("exec -n shop -c dns deploy/app -- splitdns verify"), calls
+    assert calls[0].startswith("exec -n shop -c splitdns deploy/app -- splitdns verify"), calls
     assert calls[1].startswith("exec -c resolver deploy/app -- splitdns verify"), calls
+    assert len(calls) == 2  # a cluster that cannot be reached is no missing container
+    assert "localhost:8080 was refused" in capsys.readouterr().err
+
+
+def test_cluster_mode_falls_back_to_the_container_render_names(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """A rendered pod calls it `dns`: the STAND-IN kubectl answers as kubectl does for a container
+    the pod lacks, then fails as without a cluster."""
+    log, bin_dir = tmp_path / "kubectl.log", tmp_path / "bin"
+    bin_dir.mkdir()
+    script = bin_dir / "kubectl"
+    script.write_text(f"#!{sys.executable}\nimport sys\n"
+                      f"open({str(log)!r}, 'a').write(' '.join(sys.argv[1:]) + '\\n')\n"
+                      "if 'splitdns' == sys.argv[sys.argv.index('-c') + 1]:\n"
+                      "    print('error: unable to upgrade connection: container not found (\"splitdns\")', "
+                      "file=sys.stderr)\n"
+                      "else:\n"
+                      "    print('The connection to the server localhost:8080 was refused',\n"
+                      "          file=sys.stderr)\n"
+                      "sys.exit(1)\n")
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert cli.main(["verify", "deploy/app"]) == 1
+    calls = log.read_text().splitlines()
+    assert [c.split(" -- ")[0] for c in calls] == ["exec -c splitdns deploy/app", "exec -c dns deploy/app"]
     assert "localhost:8080 was refused" in capsys.readouterr().err
 
 

@@ -327,6 +327,10 @@ def test_a_rotation_in_either_order_fails_no_handshake_under_load(hook: webhook.
 
 def test_sigterm_fails_readiness_serves_then_drains() -> None:
     with webhook.running("--shutdown-delay", "1.5") as hook:
+        hook.process.send_signal(signal.SIGHUP)  # a closing terminal: logged, ignored
+        poll_until("the SIGHUP line", 5, lambda: True if any(
+            r.get("signal") == "SIGHUP" for r in hook.logs()) else None)
+        assert hook.process.poll() is None
         hook.process.send_signal(signal.SIGTERM)
         poll_until("readiness to fail", 5, lambda: True if hook.get("/readyz")[0] == 503 else None)
         good(hook)  # still served during the delay, while the Service forgets this endpoint

@@ -158,3 +158,31 @@ def test_a_tunnel_without_ipv6_suggests_filter_aaaa_until_the_zone_has_it(tmp_pa
     assert "filter_aaaa" in found[0].message
     filtered = COREFILE.replace("    wireguard {", "    filter_aaaa\n    wireguard {")
     assert check(tmp_path, v4_only, filtered) == []
+
+
+@pytest.mark.parametrize(("old", "new", "line", "said"), [
+    ("yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=", "not-a-key", 2,
+     "PrivateKey is not a WireGuard key: 44 characters of base64 (32 bytes), as `wg genkey` writes"),
+    ("10.8.0.2/32", "10.8.0.2/33", 3, "Address 10.8.0.2/33: prefix length 33 is not 0 to 32"),
+    ("192.168.240.0/24", "192.168.240.0/33", 8,
+     "AllowedIPs 192.168.240.0/33: prefix length 33 is not 0 to 32"),
+    ("203.0.113.7:51820", "203.0.113.7:wg", 9,
+     "Endpoint 203.0.113.7:wg: wg is not a port number (1 to 65535)"),
+    ("203.0.113.7:51820", "vpn.example.net", 9,
+     "Endpoint vpn.example.net has no port: write HOST:PORT (IPv6 as [ADDRESS]:PORT), e.g. :51820"),
+    ("DNS = ", "ListenPort = fifty\nDNS = ", 4,
+     "ListenPort fifty: not a port number (1 to 65535)"),
+])
+def test_what_wg_quick_would_refuse_is_a_wg_quick_error_at_its_line(
+        tmp_path: Path, old: str, new: str, line: int, said: str) -> None:
+    found = check(tmp_path, GOOD.replace(old, new, 1))
+    assert [(f.line, f.code, f.message) for f in found if f.code == "SD308"] == [(line, "SD308", said)]
+    assert not [f for f in found if f.code == "SD100"]
+
+
+def test_a_config_starting_with_its_peer_is_wg_quick_not_a_corefile(tmp_path: Path) -> None:
+    peer_first = GOOD[GOOD.index("[Peer]"):] + "\n" + GOOD[:GOOD.index("[Peer]")]
+    assert sources.kind_of("wg0.conf", peer_first, tunnels.formats()) == "wireguard"
+    found = check(tmp_path, peer_first)
+    assert (1, "SD308") in codes(found) and "SD100" not in [c for _, c in codes(found)], codes(found)
+    assert "[Peer] before any [Interface]" in next(f.message for f in found if f.code == "SD308")

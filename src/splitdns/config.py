@@ -7,6 +7,7 @@ Tests: tests/test_config.py, tests/test_coredns_parity.py.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import functools
 import ipaddress
@@ -227,6 +228,8 @@ def _unknown(st: corefile.Statement) -> ConfigError:
 def near_miss(name: str,
               known: tuple[str, ...] = directives.SUPPORTED + directives.COREDNS_ONLY) -> str | None:
     """The known directive a misspelt one most likely meant (`erors` -> `errors`), or None."""
+    if len(name) > 2 * max(map(len, known), default=0):
+        return None  # no typo of a known name; and difflib's time grows with the word's length
     found = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.75)
     return found[0] if found else None
 
@@ -335,8 +338,20 @@ def is_ours(host: str, port: int, ours: set[tuple[str, int]]) -> bool:
     return False
 
 
+def _nameserver_line(path: str, host: str) -> str:
+    """Where the resolv.conf at `path` names `host`, quoted: "read from /etc/resolv.conf, line 3:
+    `nameserver 127.0.0.1`" (or only the file, when it cannot be read again)."""
+    with contextlib.suppress(OSError):
+        lines = Path(path).read_text(encoding="utf-8", errors="replace").splitlines()
+        for number, text in enumerate(lines, 1):
+            words = text.split()
+            if len(words) >= 2 and words[0] == "nameserver" and words[1].split("%")[0] == host:
+                return f"read from {path}, line {number}: `{text.strip()}`"
+    return f"read from {path}"
+
+
 def self_forward_message(spec: forward.ForwardSpec, up: forward.Upstream, block: Block) -> str:
-    via = f" (read from {up.origin})" if up.origin.startswith("/") else ""
+    via = f" ({_nameserver_line(up.origin, up.host)})" if up.origin.startswith("/") else ""
     return (
         f"forward {spec.origin} sends queries to {up}{via}, which is this server itself "
         f"(block {block.name} listens there): every query there would loop until it times out. "

@@ -75,3 +75,14 @@ def reject_unrecognized(parser: argparse.ArgumentParser, command: str, unknown: 
             if word.startswith("-") else []
         words.append(f"{word} (did you mean {guess[0]}?)" if guess else word)
     sub.error(f"unrecognized arguments: {' '.join(words)}")
+
+
+def port_number(text: str) -> int:
+    """A port number, checked where the flag is read: 99999 is a usage error, not a traceback."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text} is not a port number") from None
+    if not 1 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port (1 to 65535)")
+    return port

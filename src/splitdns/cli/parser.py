@@ -8,26 +8,24 @@ from __future__ import annotations
 import argparse
 
 from splitdns import __version__
+from splitdns.cli.diagnostics import (
+    add_check,
+    add_doctor,
+    add_explain,
+    add_openvpn_hook,
+    add_verify,
+    add_wireguard_shim,
+)
 from splitdns.cli.help import Parser
+from splitdns.cli.help import port_number as _port
 from splitdns.cli.pod_options import add_vpn
 from splitdns.cli.top import add_top
 from splitdns.kube import sizing
-from splitdns.kube.image import COREFILE, DEFAULT_IMAGE
+from splitdns.kube.image import DEFAULT_IMAGE
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): not 1 or 2, which commands use for findings and bad input
 EXIT_MISSING = 69   # EX_UNAVAILABLE: a module this command needs is not installed
 EXIT_PIPE = 141     # 128 + SIGPIPE, what a shell reports for a writer whose reader went away
-
-
-def _port(text: str) -> int:
-    """A port number, checked where the flag is read: 99999 is a usage error, not a traceback."""
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text} is not a port number") from None
-    if not 1 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port (1 to 65535)")
-    return port
 
 
 def _rate(text: str) -> int:
@@ -72,7 +70,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
                     "-dns.port, so a pod spec written for CoreDNS works unchanged. Exit codes: "
                     "0 stopped cleanly, 1 could not start (port in use, ...), 2 bad Corefile, "
                     "70 internal error.")
-    p.add_argument("-conf", "--conf", dest="conf", default="Corefile",
+    p.add_argument("-conf", "--conf", "--corefile", dest="conf", default="Corefile", metavar="FILE",
                    help="The Corefile to load (default: ./Corefile).")
     p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=None,
                    help="The port of server blocks whose keys name none (default: 53).")
@@ -90,44 +88,17 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
                    help="Port on 127.0.0.1 (default 53, or 5300 if 53 is taken; a port given here is "
                         "that port or an error).")
 
-    _add_check(commands)
+    add_check(commands)
     _add_render(commands)
-    _add_explain(commands)
-    _add_openvpn_hook(commands)
-    _add_wireguard_shim(commands)
-    _add_verify(commands)
+    add_explain(commands)
+    add_openvpn_hook(commands)
+    add_wireguard_shim(commands)
+    add_verify(commands)
     _add_inject(commands)
     _add_webhook(commands)
-    _add_doctor(commands)
+    add_doctor(commands)
     add_top(commands)
     return parser
-
-
-def _add_check(commands: argparse._SubParsersAction[Parser]) -> None:
-    p = commands.add_parser(
-        "check", help="Lint Corefiles, Kubernetes YAML and VPN client configs together.",
-        description="Read Corefiles, Kubernetes YAML (Pod, Deployment, StatefulSet, DaemonSet, Job, "
-                    "CronJob, ConfigMap holding a Corefile) and VPN client configs (OpenVPN, wg-quick) "
-                    "together, and "
-                    "report what would break the pod's DNS, one finding per line as "
-                    "FILE:LINE: CODE SEVERITY MESSAGE, each followed by why it matters and the fix. "
-                    "A Corefile the resolver would refuse is reported as FILE:LINE: SD100 error MESSAGE.",
-        epilog="exit codes:\n  0  no finding (or only info)\n  1  warnings, no error\n"
-               "  2  at least one error (also: a bad --kube-version or command line)\n"
-               "  70 internal error (a bug in splitdns, not in the files)")
-    p.add_argument("files", nargs="+", metavar="FILE",
-                   help="Corefiles, Kubernetes YAML and VPN client configs (.ovpn, .conf).")
-    p.add_argument("--resolver", choices=("auto", "splitdns", "coredns"), default="auto",
-                   help="The resolver the Corefiles are for; auto (default) takes it from the DNS "
-                        "container's image, else splitdns. Cluster-wide Corefiles are CoreDNS's; so is, "
-                        "unless splitdns is given here, one that uses the kubernetes plugin.")
-    p.add_argument("--kube-version", metavar="MAJOR.MINOR",
-                   help="Also validate the manifests, offline and strictly (unknown fields fail), "
-                        "against this Kubernetes version's schema, for example 1.33.")
-    p.add_argument("--format", choices=("text", "json"), default="text", dest="output",
-                   help="text (default) or json: a list of {file, line, code, severity, message, why, fix}.")
-    p.add_argument("--brief", action="store_true",
-                   help="Text output without the why and fix lines.")
 
 
 def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
@@ -150,7 +121,8 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
                    help="A zone and its upstream addresses, or ZONE=openvpn for the DNS the VPN "
                         "pushes (ZONE=wireguard: the DNS = line of the wg-quick config), learned at "
                         "run time. Repeat for each zone.")
-    p.add_argument("--corefile", metavar="FILE", help="Take zones and upstreams from an existing Corefile "
+    p.add_argument("--corefile", "-conf", "--conf", dest="corefile", metavar="FILE",
+                   help="Take zones and upstreams from an existing Corefile "
                    "(or the ConfigMap YAML that holds one).")
     _add_cluster_dns(p)
     p.add_argument("--probe", action="append", default=[], dest="probes", metavar="ZONE=NAME",
@@ -193,93 +165,6 @@ def _add_render(commands: argparse._SubParsersAction[Parser]) -> None:
                         "default API rate).")
 
 
-def _add_explain(commands: argparse._SubParsersAction[Parser]) -> None:
-    p = commands.add_parser(
-        "explain", help="Say which block, forward and upstreams answer a name, and why.",
-        description="Say which server block answers NAME, which forward and upstreams, and why (a zone "
-                    "owns a name only when it is the name's last whole labels), also for names no "
-                    "block owns. Exit codes: 0 explained, 2 the Corefile cannot be read or parsed, "
-                    "70 internal error.")
-    p.add_argument("name", metavar="NAME", help="The name to explain, or an address (its reverse name).")
-    p.add_argument("-conf", "--conf", dest="conf", default="Corefile",
-                   help="The Corefile (default ./Corefile).")
-    p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=53,
-                   help="The listener port to explain (default 53).")
-
-
-def _add_openvpn_hook(commands: argparse._SubParsersAction[Parser]) -> None:
-    p = commands.add_parser(
-        "openvpn-hook", help="OpenVPN's --up/--down script: tell splitdns serve what the VPN pushed.",
-        description="Meant to be OpenVPN's --up and --down script (with --script-security 2; give "
-                    "the absolute path, OpenVPN passes no PATH). Reads the pushed DNS servers and "
-                    "domains from OpenVPN's environment (dhcp-option and OpenVPN 2.6 dns options) and "
-                    "writes them, with up or down, atomically to the state file that an `openvpn { "
-                    "state FILE }` block of splitdns serve watches. Exit codes: 0 written, 1 the file "
-                    "could not be written (OpenVPN then stops the connection), 2 not run by OpenVPN "
-                    "as an up or down script, 70 internal error.")
-    p.add_argument("--state", required=True, metavar="FILE", help="The state file to write.")
-    p.add_argument("openvpn_args", nargs="*", help=argparse.SUPPRESS)
-
-
-def _add_wireguard_shim(commands: argparse._SubParsersAction[Parser]) -> None:
-    p = commands.add_parser(
-        "wireguard-shim", help="Write a resolvconf for wg-quick that hands its DNS to splitdns serve.",
-        description="Write DIR/resolvconf, a POSIX sh script for the WireGuard container's PATH: "
-                    "wg-quick calls it at up with the nameserver and search lines of its DNS = line, "
-                    "and at down; it records them in $SPLITDNS_RESOLVCONF_DIR (default "
-                    "/run/splitdns), a volume the resolver reads through `wireguard { resolvconf DIR "
-                    "}`. `resolvconf --watch IFACE` in that container copies the last handshakes "
-                    "there too, which the resolver cannot read without CAP_NET_ADMIN.")
-    p.add_argument("dir", metavar="DIR",
-                   help="Where to write the script (a volume the VPN container mounts).")
-
-
-def _add_verify(commands: argparse._SubParsersAction[Parser]) -> None:
-    p = commands.add_parser(
-        "verify", help="Check both zones, the pod spec and the TCP path; write an artifact for the ticket.",
-        description="Run the verification procedure: ask each name through 127.0.0.1 (and, when it "
-                    "fails, its zone's upstream directly), read the pod's resolv.conf, check the "
-                    "TCP paths, and give one verdict that separates a naming problem from a routing "
-                    "problem. Locally (inside the pod or any network namespace), or in a running pod "
-                    "through kubectl; with --replace, the pod is deleted and the checks run again in "
-                    "its replacement. `splitdns verify leaks` shows where the tunnel zones' queries "
-                    "leave (see its --help).",
-        epilog="exit codes (one per verdict):\n"
-               "  0  all good\n  1  could not run (bad arguments, kubectl failed)\n"
-               "  2  the resolver is not answering (on 127.0.0.1, or --port)\n"
-               "  3  naming problem in a zone: its DNS server answers, but not with that name\n"
-               "  4  the tunnel is down (the resolver says so)\n"
-               "  5  routing: names resolve but connections time out, or a zone's DNS server does "
-               "not answer and cannot be reached\n"
-               "  6  the pod spec is wrong (worked before the replacement and not after, or the "
-               "pod's resolv.conf does not name only 127.0.0.1)\n"
-               "  7  names resolve, the service refuses connections (or a zone's DNS server's host "
-               "refuses its port)\n"
-               "  70 internal error (a bug in splitdns)")
-    p.add_argument("target", nargs="?", metavar="TARGET",
-                   help="A pod to run in, as for --kubectl (deploy/app, pod/NAME): `kubectl splitdns "
-                        "verify deploy/app`.")
-    p.add_argument("--name", action="append", default=[], dest="names", metavar="NAME",
-                   help="A name to resolve (repeat; default kubernetes.default.svc.cluster.local).")
-    p.add_argument("--tcp", action="append", default=[], metavar="HOST:PORT",
-                   help="A TCP path to try once names resolve, e.g. db.svc.acme.internal:5432.")
-    p.add_argument("-conf", "--conf", dest="conf", help="The Corefile, for the resolver's view of who "
-                   f"owns each name (in the pod: {COREFILE}).")
-    p.add_argument("--port", type=_port, default=53, help="The resolver's port on 127.0.0.1 (default 53).")
-    p.add_argument("--resolv-conf", default="/etc/resolv.conf", help="The resolv.conf to report.")
-    p.add_argument("--out", metavar="PATH", help="Write the artifact as PATH.md and PATH.json "
-                   "(or into the directory PATH/).")
-    p.add_argument("--kubectl", metavar="TARGET", help="Run in a pod instead: deploy/app, pod/NAME, ...")
-    p.add_argument("-n", "--namespace", help="The pod's namespace (cluster mode; default: kubectl's "
-                   "current namespace).")
-    p.add_argument("-c", "--container", default="dns", help="The container to exec in (cluster mode; it "
-                   "needs splitdns; default: dns, the container render writes).")
-    p.add_argument("--replace", action="store_true", help="Cluster mode: delete the pod, wait for its "
-                   "replacement to be ready, and check again.")
-    p.add_argument("--timeout", type=int, default=90, help="Seconds to wait for the replacement.")
-    p.add_argument("--emit-observation", action="store_true", dest="emit", help=argparse.SUPPRESS)
-
-
 def _add_cluster_dns(p: argparse.ArgumentParser) -> None:
     """The cluster DNS address, given or read from the cluster (render, inject)."""
     cluster = p.add_mutually_exclusive_group()
@@ -300,7 +185,7 @@ def _add_plan(p: argparse.ArgumentParser, corefile: bool = True) -> None:
                         "pushes (ZONE=wireguard: the DNS = line of the wg-quick config), learned at "
                         "run time. Repeat for each zone.")
     if corefile:
-        p.add_argument("--corefile", metavar="FILE",
+        p.add_argument("--corefile", "-conf", "--conf", dest="corefile", metavar="FILE",
                        help="Take zones and upstreams from an existing Corefile.")
     if corefile:  # inject: where render runs, with a kubeconfig at hand
         _add_cluster_dns(p)
@@ -372,20 +257,3 @@ def _add_webhook(commands: argparse._SubParsersAction[Parser]) -> None:
     p.add_argument("-n", "--namespace", default="splitdns-system",
                    help="The webhook's own namespace, never injected (default splitdns-system).")
     _add_plan(p, corefile=False)
-
-
-def _add_doctor(commands: argparse._SubParsersAction[Parser]) -> None:
-    p = commands.add_parser(
-        "doctor", help="List pods that asked for the resolver and run without it, or with old settings.",
-        description="Read the cluster (namespaces, pods labelled splitdns.dev/inject=true, the webhook's "
-                    "Deployment) through --kubeconfig, in-cluster credentials, $KUBECONFIG or "
-                    "~/.kube/config, and list the pods that asked for the resolver and were not injected "
-                    "(created while the webhook was down: failurePolicy Ignore let them start with plain "
-                    "cluster DNS), whose namespace is not enabled, or that were injected with settings "
-                    "older than the webhook's.",
-        epilog="exit codes:\n  0  nothing to report\n  1  findings (listed)\n"
-               "  2  the cluster could not be read")
-    p.add_argument("--kubeconfig", metavar="FILE", help="The kubeconfig to use.")
-    p.add_argument("--context", help="The kubeconfig context (default: the current one).")
-    p.add_argument("--webhook-namespace", default="splitdns-system",
-                   help="Where the webhook runs (default splitdns-system).")

@@ -21,8 +21,8 @@ def add_top(commands: argparse._SubParsersAction[Parser]) -> None:
                     "kubectl port-forward. Needs the optional extra `top` (pip install "
                     "'splitdns[top]'). Ctrl-C stops it.",
         epilog="exit codes:\n  0  stopped (Ctrl-C), or --once printed\n  1  the metrics could not be "
-               "read (--once), or kubectl port-forward failed\n  2  wrong arguments, or the extra is "
-               "not installed")
+               "read (--once), or kubectl port-forward failed\n  2  wrong arguments\n"
+               "  69 the extra is not installed (the message says what to install)")
     p.add_argument("pod", nargs="?", metavar="POD",
                    help="A pod to watch through kubectl port-forward (else --url is read).")
     p.add_argument("-n", "--namespace", help="The pod's namespace (default: kubectl's).")

@@ -20,7 +20,7 @@ import dns.reversename
 
 from splitdns import config
 from splitdns.codec import entries
-from splitdns.codec.wire import name_to_wire, question_query, wire_to_text
+from splitdns.codec.wire import is_subdomain, name_to_wire, question_query, wire_to_text
 from splitdns.core.local import Rewritten
 from splitdns.core.routing import Router
 from splitdns.core.zone import Zone
@@ -93,7 +93,7 @@ def explain(name: str, path: str, port: int = config.DEFAULT_PORT) -> list[str]:
                     None) if loaded is not None else None
         lines += _made_here(full, wire) or _inside(block, owner, wire, loc, full)
     lines += _lookalikes(qname, [z for b in blocks for z in b.zones])
-    if refused:
+    if refused and src.context != sources.CLUSTER:  # the cluster's CoreDNS is not ours to serve
         lines.append(refused)
     return lines
 
@@ -123,6 +123,9 @@ def _inside(block: corefile_model.Block, zone: Zone, wire: bytes,
     st, kind = block.tunnel_statement, block.tunnel_kind
     if st is not None and kind is not None:
         return [f"  upstreams: {kind.learned}, learned at run time ({st.name}, {loc(st.where)})"]
+    answered = _kubernetes(block, wire, loc)
+    if answered is not None:
+        return answered
     out, asked = _local(full, wire) if full is not None else ([], wire)
     if asked is None:
         return out
@@ -141,6 +144,34 @@ def _inside(block: corefile_model.Block, zone: Zone, wire: bytes,
         out.append("  several `forward` lines in one block are tried in file order; the first that covers "
                    "the name wins")
     return out
+
+
+def _kubernetes(block: corefile_model.Block, wire: bytes,
+                loc: Callable[[Location | None], str]) -> list[str] | None:
+    """CoreDNS's `kubernetes ZONES...` (the cluster's own Corefile): it answers its zones' names
+    before `forward` sees them, from the cluster's Services and Pods; None when it takes no part."""
+    st = block.directive("kubernetes")
+    if st is None:
+        return None
+    zones = [z for z in st.args if not z.startswith("{")] or list(block.zones)
+    owned = next((z for z in zones if _under(wire, z)), None)
+    if owned is None:
+        return None
+    line = (f"  kubernetes ({loc(st.where)}): CoreDNS's kubernetes plugin answers names of "
+            f"{owned.rstrip('.')}. from the cluster's Services and Pods, before any `forward` "
+            "(splitdns has no such plugin: this is the cluster's CoreDNS)")
+    falls = next((o for o in st.body or () if o.name == "fallthrough"), None)
+    if falls is not None and (not falls.args or any(_under(wire, z) for z in falls.args)):
+        return [line, "  a name it does not know falls through (`fallthrough`) to the plugins after it, "
+                      "`forward` among them"]
+    return [line, "  a name it does not know gets NXDOMAIN from it (no `fallthrough` for this zone)"]
+
+
+def _under(wire: bytes, zone: str) -> bool:
+    try:
+        return is_subdomain(wire, name_to_wire(zone.rstrip(".") + "."))
+    except ValueError:
+        return False
 
 
 def _local(zone: Zone, wire: bytes) -> tuple[list[str], bytes | None]:

@@ -134,6 +134,7 @@ async def serve(loaded: config.Config, path: str | None, port: int = config.DEFA
     gc.freeze()
     # Which loop serves decides a miss's cost by about 15 %: say it, so figures can be checked.
     # Before the banner, which tells scripts the server is up and takes signals.
+    runtime.take_signals()
     logs.info(f"event loop: {loop_name(asyncio.get_running_loop())}")
     # CoreDNS prints its blocks, then its version: people grep for both.
     for block in loaded.blocks:

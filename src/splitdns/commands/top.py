@@ -8,6 +8,7 @@ Tests: tests/test_top.py.
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import subprocess
 import sys
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
 
 EXIT_OK, EXIT_UNREACHABLE, EXIT_INPUT = 0, 1, 2
 METRICS_PORT_NAME = "dns-metrics"  # kube.manifests' name for the resolver's metrics port
+PIPE_WIDTH = 1000  # columns of a view written to a pipe: wider than any table top draws
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+)")
 
 
@@ -39,26 +41,26 @@ class Options:
 
 
 def run(opts: Options) -> int:
-    try:
-        from rich.console import Console
-        from rich.live import Live
-    except ImportError:
-        print("splitdns top: needs the terminal library rich, an optional extra: "
-              "pip install 'splitdns[top]'", file=sys.stderr)
-        return EXIT_INPUT
+    # Without the extra, ModuleNotFoundError: the command line says what to install, exit 69, as
+    # for every command's missing module.
+    from rich.console import Console
+    from rich.live import Live
+
     if opts.interval <= 0:
         print("splitdns top: --interval must be more than 0 seconds", file=sys.stderr)
         return EXIT_INPUT
     with _forwarded(opts) as url:
         if url is None:
             return EXIT_UNREACHABLE
-        console = Console()
+        # Into a pipe or a file rich would cut every line at 80 columns: the table keeps its width.
+        wide = not sys.stdout.isatty() and "COLUMNS" not in os.environ
+        console = Console(width=PIPE_WIDTH if wide else None)
         before = _read(url)
         if opts.once:
             time.sleep(opts.interval)
             now = _read(url)
             console.print(frame(url, now if isinstance(now, Reading) else str(now),
-                                before if isinstance(before, Reading) else None))
+                                before if isinstance(before, Reading) else None, again=False))
             return EXIT_OK if isinstance(now, Reading) else EXIT_UNREACHABLE
         with contextlib.suppress(KeyboardInterrupt), Live(console=console, auto_refresh=False) as live:
             previous = before if isinstance(before, Reading) else None
@@ -76,10 +78,22 @@ def _read(url: str) -> Reading | str:
     """A reading, or why there is none (shown in the frame; the next refresh tries again)."""
     try:
         with urllib.request.urlopen(url, timeout=3) as response:
-            return Reading.parse(response.read().decode("utf-8", "replace"), time.time())
+            body = response.read()
+            kind = response.headers.get_content_type()
     except (urllib.error.URLError, OSError, ValueError) as err:
         reason = getattr(err, "reason", None) or err
         return f"cannot read {url}: {reason}"
+    text = body.decode("utf-8", "replace")
+    try:
+        reading = Reading.parse(text, time.time())
+    except ValueError:
+        reading = None
+    if reading is None or not reading.samples:
+        start = " ".join(text.split())[:40]
+        shown = f", starting {start!r}" if start else ""
+        return (f"{url} answered {kind} ({len(body):,} bytes{shown}), not Prometheus metrics: give --url "
+                "the resolver's /metrics (the address of its `prometheus` directive)")
+    return reading
 
 
 @contextlib.contextmanager
@@ -115,11 +129,13 @@ def _forwarded(opts: Options) -> Iterator[str | None]:
             proc.wait(5)
 
 
-def frame(url: str, now: Reading | str, before: Reading | None) -> RenderableType:
+def frame(url: str, now: Reading | str, before: Reading | None, again: bool = True) -> RenderableType:
+    from rich.markup import escape
     from rich.table import Table
 
-    if isinstance(now, str):
-        return f"[bold]splitdns top[/bold] {url}\n[red]{now}[/red] (trying again)"
+    if isinstance(now, str):  # what the URL gave may hold brackets: text, not markup
+        retry = " (trying again)" if again else ""
+        return f"[bold]splitdns top[/bold] {escape(url)}\n[red]{escape(now)}[/red]{retry}"
     table = Table(title=f"splitdns top  {url}  {time.strftime('%H:%M:%S')}", title_justify="left")
     for name, justify in (("zone", "left"), ("q/s", "right"), ("rcodes", "left"), ("hits", "right"),
                           ("p50", "right"), ("p99", "right"), ("upstreams", "left"), ("tunnel", "left"),

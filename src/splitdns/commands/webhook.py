@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import gc
 import hashlib
 import json
@@ -268,12 +269,16 @@ class Webhook:
 
     async def serve(self) -> int:
         loop = asyncio.get_running_loop()
+        # Before the ports open: once /readyz answers, no signal meets its default action.
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self.stop.set)
+        for sig in (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):  # as `serve`: never ended unsaid
+            loop.add_signal_handler(sig, functools.partial(
+                log, "info", "signal ignored (SIGTERM or SIGINT stops the webhook)", signal=sig.name))
         runners = await self.start()
         # As `serve` does: what start-up built (aiohttp, the schemas, the settings) lives as long as
         # the process, so a full collection need not walk it between reviews.
         gc.freeze()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, self.stop.set)
         watcher = asyncio.create_task(self.watch_certificate())
         await self.stop.wait()
         # Not ready first, so the Service stops sending us reviews, then drain what is in flight.

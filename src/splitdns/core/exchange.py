@@ -40,6 +40,7 @@ class UpstreamState:
     last_error: str = ""  # why the last attempt or probe failed, for the fail-fast reason
     last_reply: float = float("-inf")  # when it last answered anything (an exchange or a probe)
     probe_failures: int = 0  # health probes that failed (coredns_forward_healthcheck_failures_total)
+    said_down: bool = False  # what the log last said of it, so "down" and "back" are said once each
 
     def __post_init__(self) -> None:
         self.label = str(self.upstream)
@@ -54,6 +55,15 @@ class UpstreamState:
         """Any reply at all, of any rcode, means the upstream is alive (CoreDNS)."""
         self.fails = 0
         self.last_reply = now
+
+    def news(self, max_fails: int) -> bool | None:
+        """True when it is down and the log has not said so yet, False when it is back and the log
+        said it was down, else None; what it returns counts as said."""
+        down = self.down(max_fails)
+        if down == self.said_down:
+            return None
+        self.said_down = down
+        return down
 
     def failed(self, error: str, max_fails: int) -> None:
         if max_fails > 0:
@@ -72,11 +82,12 @@ class ForwardState:
     rejected: int = 0  # refused for max_concurrent (coredns_forward_max_concurrent_rejects_total)
     broken: int = 0  # times every upstream was down (coredns_forward_healthcheck_broken_total)
     failed_fast: int = 0  # of those, exchanges answered SERVFAIL at once (failfast_all_unhealthy)
+    zone: str = ""  # the zone of the block it belongs to, for the log lines of its upstreams
 
     @classmethod
-    def of(cls, spec: ForwardSpec) -> ForwardState:
+    def of(cls, spec: ForwardSpec, zone: str = "") -> ForwardState:
         return cls(spec, [UpstreamState(u) for u in spec.upstreams], wire.name_to_wire(spec.origin),
-                   tuple(wire.name_to_wire(e) for e in spec.excepts))
+                   tuple(wire.name_to_wire(e) for e in spec.excepts), zone=zone)
 
     def attempts(self) -> int:
         """CoreDNS's max_connect_attempts: by default twice the (current) number of upstreams."""

@@ -76,7 +76,7 @@ class Zone:
         self.cache = cache
         self.pending = 0  # upstream exchanges in flight (identical queries count once)
         self.flights: dict[bytes, Flight] = {}
-        self.forwards = [ForwardState.of(spec) for spec in block.forwards]
+        self.forwards = [ForwardState.of(spec, block.zones[0]) for spec in block.forwards]
         self.stats = ZoneStats()
         self.ready = False           # latched once the zone answered through its upstreams
         self.not_ready_reason = "no probe has been answered yet"

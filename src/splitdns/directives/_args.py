@@ -157,7 +157,8 @@ def no_body(st: Statement, usage: str) -> None:
 
 
 def unknown_option(opt: Statement, directive: str, known: tuple[str, ...]) -> ConfigError:
-    guess = difflib.get_close_matches(opt.name.lower(), known, n=1, cutoff=0.75)
+    guess = difflib.get_close_matches(opt.name.lower(), known, n=1, cutoff=0.75) \
+        if len(opt.name) <= 2 * max(map(len, known), default=0) else []  # difflib's time grows with it
     hint = f" (did you mean `{guess[0]}`?)" if guess else ""
     return ConfigError(
         opt.where,

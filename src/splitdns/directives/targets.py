@@ -60,7 +60,12 @@ def tls_context(settings: TlsSettings) -> ssl.SSLContext:
 def is_file_target(text: str) -> bool:
     """A resolv.conf path: one with a slash, or a file of that name in the working directory
     (CoreDNS's parse.HostPortOrFile tries the file when the text is no address)."""
-    return "://" not in text and address(text) is None and ("/" in text or Path(text).is_file())
+    if "://" in text or address(text) is not None:
+        return False
+    try:
+        return "/" in text or Path(text).is_file()
+    except OSError:  # a name too long for a file name is none
+        return False
 
 
 def targets(st: Statement, text: str) -> list[Upstream]:
@@ -78,9 +83,15 @@ def targets(st: Statement, text: str) -> list[Upstream]:
         scheme = text.split("://", 1)[0]
         raise ConfigError(st.where, f"forward: {scheme}:// upstreams are not supported; "
                                     "use plain DNS or tls://")
+    ambiguous = _port_without_brackets(text)
+    if ambiguous is not None:
+        raise ConfigError(st.where, f"forward: {text} {ambiguous}")
     at = address(text)
     if at is not None:
         return [Upstream(at[0], at[1], text)]
+    out_of_range = _port_out_of_range(text)
+    if out_of_range is not None:
+        raise ConfigError(st.where, f"forward: {text}: port {out_of_range} out of range (1 to 65535)")
     if "/" in text:
         return resolv_conf(st, text)
     raise ConfigError(
@@ -88,6 +99,36 @@ def targets(st: Statement, text: str) -> list[Upstream]:
         f"forward: {text!r} is neither an IP address (IP, IP:PORT, [IPv6]:PORT) nor a file path; "
         "hostnames are not supported because resolving them would need this resolver",
     )
+
+
+def _port_without_brackets(text: str) -> str | None:
+    """Why `::1:5300` is refused: an IPv6 address whose last group could be a port. As an address it
+    is ::1:5300 on port 53, which is rarely what was meant; brackets say which."""
+    if text.startswith("[") or text.count(":") < 2:
+        return None
+    head, _, last = text.rpartition(":")
+    if not (last.isascii() and last.isdigit() and len(last) >= 2):
+        return None
+    try:
+        ipaddress.IPv6Address(text)
+        ipaddress.ip_address(head)
+    except ValueError:
+        return None
+    return (f"is ambiguous: for port {last} of {head} write [{head}]:{last}; for the address {text} "
+            f"on port 53 write [{text}]")
+
+
+def _port_out_of_range(text: str) -> str | None:
+    """The port of `IP:PORT` or `[IPv6]:PORT` when it is a number out of 1-65535, else None."""
+    host, _, port = text.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not (port.isascii() and port.isdigit()) or 0 < int(port) < 65536:
+        return None
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return None
+    return port
 
 
 def split_servername(host: str) -> tuple[str, str | None]:

@@ -9,6 +9,8 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from splitdns.errors import cut_long_words
+
 ERROR, WARNING, INFO = "error", "warning", "info"
 
 
@@ -100,6 +102,16 @@ _TABLE = (
          "not have, and a guard for another cluster domain than the pod's would deny real names.",
          "move `rewrite`, `template` and `hosts` to a block of their own zone, or name the pod's "
          "cluster domain (k8s_schema cluster.local)."),
+    Code("SD116", WARNING, "zone name one typing slip away from the cluster domain or another zone",
+         "a zone matches names letter for letter: `cluster.lcoal` or `svc.acme.internl` owns no name "
+         "anyone asks, and the names meant fall to another block (often the catch-all, which sends "
+         "them where they do not resolve).",
+         "spell the zone as meant (the message names the one it is a slip of), or keep it if it is "
+         "really a zone of its own."),
+    Code("SD117", ERROR, "catch-all block whose forwards cover only some zones",
+         "the `.` block answers every name no other block owns; a name no `forward` FROM covers (and "
+         "no local answer takes) gets SERVFAIL: every public name.",
+         "add `forward . UPSTREAM` after the narrower lines."),
     # Pod spec.
     Code("SD201", ERROR, "dnsPolicy: None without the in-pod resolver as nameserver",
          "the app's resolv.conf then bypasses the in-pod resolver (or has no nameserver at all, which "
@@ -178,6 +190,11 @@ _TABLE = (
          "queries are half the tunnel's DNS traffic.",
          "add `filter_aaaa` to the tunnel zone's block (`splitdns render --filter-aaaa`): AAAA "
          "answered NODATA there, every other zone untouched."),
+    Code("SD308", ERROR, "wg-quick would refuse this config",
+         "the WireGuard container exits at start (wg-quick up fails), so the tunnel never comes up and "
+         "the tunnel zone never answers.",
+         "correct the line named in the message (the config starts with [Interface]; keys are 44 "
+         "characters of base64; prefixes fit the address; Endpoint is HOST:PORT)."),
     # Manifests.
     Code("SD401", ERROR, "manifest does not match the Kubernetes schema",
          "the API server of that version rejects it (strict: unknown fields such as typos fail too).",
@@ -207,6 +224,9 @@ class Finding:
     line: int
     code: str
     message: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", cut_long_words(self.message))  # frozen: once, here
 
     @property
     def severity(self) -> str:

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from splitdns.codec.wire import name_to_wire
 from splitdns.core.routing import Router
 from splitdns.core.zone import Zone
-from splitdns.kube import corefile_lint, pod_lint, schema, sources, tunnels
+from splitdns.kube import corefile_lint, pod_lint, schema, sources, tunnels, zone_names
 from splitdns.kube.corefile_model import Block, Model
 from splitdns.kube.findings import Finding, ordered
-from splitdns.kube.sources import POD, CorefileSource, Inputs, Workload
+from splitdns.kube.sources import CLUSTER, POD, CorefileSource, Inputs, Workload
 
 _NOT_PRIVATE = ("cluster.local.", "in-addr.arpa.", "ip6.arpa.")
 
@@ -83,13 +83,17 @@ def _tunnel_test(src: CorefileSource, inputs: Inputs) -> corefile_lint.IsTunnel:
     """An upstream is the tunnel when a VPN client config routes it through the VPN, or, where a tunnel
     is in sight (a VPN config given, or a tunnel block in this Corefile), when a private zone
     (not the cluster's, not `.`) forwards to the same address: that zone's server is behind the VPN.
+    A cluster-wide Corefile always has a tunnel in sight: its private zones are some workload's.
     Without a tunnel, a private zone and `.` sharing an upstream is just a shared upstream."""
     private: dict[str, str] = {}
     configs = [conf for found in inputs.tunnel_configs.values() for conf in found]
-    tunnel_in_sight = bool(configs) or any(b.tunnel for b in src.model.blocks)
+    # In the cluster's own CoreDNS a private zone's upstream is a workload's tunnel DNS whether or
+    # not its VPN config is given: no node reaches it otherwise.
+    tunnel_in_sight = bool(configs) or any(b.tunnel for b in src.model.blocks) or src.context == CLUSTER
     for block in src.model.blocks if tunnel_in_sight else ():
-        if not block.zones or block.is_root or any(z.endswith(_NOT_PRIVATE) for z in block.zones):
-            continue
+        if not block.zones or block.is_root or any(z.endswith(_NOT_PRIVATE) or zone_names.cluster_slip(z)
+                                                   for z in block.zones):
+            continue  # a slip of the cluster domain is the cluster's zone misspelt (SD116), not private
         for fwd in block.forwards:
             for up in fwd.spec.upstreams:
                 private.setdefault(up.host, block.zones[0])

@@ -4,6 +4,7 @@ workloads with their pod spec, VPN client configs, and every YAML document with 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -91,16 +92,20 @@ def kind_of(path: str, text: str, formats: Mapping[str, ConfigFormat] | None = N
     return "corefile"
 
 
+STDIN = "<stdin>"
+
+
 def read(paths: list[str], guess_cluster: bool = True,
          formats: Mapping[str, ConfigFormat] | None = None) -> Inputs:
-    """`guess_cluster`: a Corefile with the `kubernetes` plugin is taken for the cluster's CoreDNS
-    one. Off when the user said the Corefiles are splitdns's (`check --resolver splitdns`): then
-    `kubernetes` is what `serve` refuses, and check must say so. `formats`: the VPN client
-    configs to recognise, by kind (kube/tunnels.py's)."""
+    """`-` reads stdin (named <stdin>). `guess_cluster`: a Corefile with the `kubernetes` plugin is
+    taken for the cluster's CoreDNS one. Off when the user said the Corefiles are splitdns's
+    (`check --resolver splitdns`): then `kubernetes` is what `serve` refuses, and check must say so.
+    `formats`: the VPN client configs to recognise, by kind (kube/tunnels.py's)."""
     inputs = Inputs(guess_cluster=guess_cluster)
-    for path in paths:
+    for given in paths:
+        path = STDIN if given == "-" else given  # as inject names it
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            text = sys.stdin.read() if given == "-" else Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             reason = err.strerror if isinstance(err, OSError) else "not UTF-8 text"
             inputs.findings.append(Finding(path, 1, "SD001", f"cannot read {path}: {reason}"))

@@ -1,6 +1,7 @@
-"""WireGuard config checks (codes SD302-SD307): AllowedIPs that take the cluster's addresses, a
+"""WireGuard config checks (codes SD302-SD308): AllowedIPs that take the cluster's addresses, a
 `DNS =` that is the in-pod resolver itself, no PersistentKeepalive, no `DNS =` address at all
-for a `wireguard` block, a tunnel with no IPv6 (`filter_aaaa`). (An Endpoint only the tunnel
+for a `wireguard` block, a tunnel with no IPv6 (`filter_aaaa`), what wg-quick would refuse.
+(An Endpoint only the tunnel
 can resolve is lint.py's, beside OpenVPN's `remote`: it needs the Corefile's routing.)
 
 What the cluster's addresses are comes from the pod-side Corefiles given with the config: the
@@ -62,6 +63,7 @@ def check(inputs: Inputs) -> list[Finding]:
     filtered = any(b.directive("filter_aaaa") is not None for src in inputs.corefiles if src.context == POD
                    for b in src.model.blocks if b.directive(directives.WIREGUARD.name) is not None)
     for conf in configs(inputs):
+        out += [Finding(conf.path, line, "SD308", message) for line, message in conf.errors]
         out += _allowed_ips(conf, ranges)
         out += _dns_loop(conf)
         if conf.addresses and all(net.version == 4 for net, _ in conf.addresses) and not filtered:

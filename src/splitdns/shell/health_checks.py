@@ -16,7 +16,7 @@ from collections.abc import Callable, Coroutine
 
 from splitdns.codec import wire
 from splitdns.core.exchange import ForwardState, UpstreamState
-from splitdns.shell import upstream
+from splitdns.shell import logs, upstream
 
 HEALTH_PROBE_TIMEOUT = 1.0
 TYPE_NS = 2
@@ -64,8 +64,22 @@ class UpstreamHealthChecks:
                     state.failed(f"health probe: {err}", spec.max_fails)
                 else:
                     state.replied(self.clock())
+                say_news(fwd, state)
                 # One probe per interval at most, and a probe that timed out has waited its
                 # share: back to back then, so a recovery is seen within one probe timeout.
                 wait = max(0.0, spec.health_check - (self.clock() - began))
+            say_news(fwd, state)  # back through an exchange's reply, between two probes
         finally:
             state.probing = False
+
+
+def say_news(fwd: ForwardState, state: UpstreamState) -> None:
+    """Log an upstream's going down, and its coming back, once each (the metrics count them)."""
+    news = state.news(fwd.spec.max_fails)
+    where = f"plugin/forward: zone {fwd.zone or fwd.spec.origin} upstream {state.label}"
+    if news is True:
+        logs.warning(f"{where} is down: {state.fails} failures in a row, the last: "
+                     f"{state.last_error or 'no reason given'}; skipped until a health probe gets "
+                     "a reply")
+    elif news is False:
+        logs.info(f"{where} is back: it answered again")

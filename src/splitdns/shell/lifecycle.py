@@ -47,6 +47,14 @@ READY_HEARD_WITHIN = 3.0
 # then the process exits, health probes or not. The kubelet's patience is not ours to spend.
 STOP_DRAIN = 0.5
 
+# What each signal does, as CoreDNS decides it (its signal trap): TERM and INT drain and stop,
+# QUIT stops at once, USR1 reloads; HUP is ignored (a closing terminal or a supervisor sends it
+# outside the user's control), and so is USR2 (CoreDNS's binary upgrade, which we do not have).
+# Unlike CoreDNS, each is logged, the ignored ones too: no signal is received unsaid.
+STOP, QUIT, RELOAD, IGNORE = "stop", "quit", "reload", "ignore"
+SIGNALS = {signal.SIGTERM: STOP, signal.SIGINT: STOP, signal.SIGQUIT: QUIT, signal.SIGUSR1: RELOAD,
+           signal.SIGHUP: IGNORE, signal.SIGUSR2: IGNORE}
+
 
 def digest(blocks: list[corefile.ServerBlock]) -> str:
     """SHA-512 of the parsed blocks, as CoreDNS: comments and spacing do not cause a reload."""
@@ -76,6 +84,8 @@ class Runtime:
     _http: list[asyncio.Server] = field(default_factory=list)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
     _reload_now: asyncio.Event = field(default_factory=asyncio.Event)
+    _signalled: asyncio.Event | None = None  # set by SIGTERM, SIGINT or SIGQUIT (take_signals)
+    _quit_now: bool = False                  # SIGQUIT: no drain
     _watchers: dict[TunnelSpec, tuple[tunnel_watcher.Watcher, asyncio.Task[None]]] = \
         field(default_factory=dict)
 
@@ -93,18 +103,66 @@ class Runtime:
             raise
         self._follow_tunnels()
         self._probe_zones()
-        if self.path is not None and self.server.config.reload is not None:
-            self._spawn(self._watch_corefile())
+        if self.path is not None:
+            with contextlib.suppress(ConfigError):
+                self.reloads.version = digest(corefile.load(self.path))
+            if self.server.config.reload is not None:
+                self._spawn(self._watch_corefile())
+
+    def take_signals(self) -> None:
+        """From now on every signal `SIGNALS` names is logged as it arrives and acted on (before
+        the banner, which tells scripts the server is up and takes signals)."""
+        if self._signalled is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._signalled = asyncio.Event()
+
+        def received(sig: signal.Signals) -> None:
+            action = SIGNALS[sig]
+            logs.info(f"{sig.name}: {self._signal_line(action)}")
+            if action == RELOAD and self.path is not None:
+                if self.server.config.reload is not None:
+                    self._reload_now.set()  # the watcher reloads, and its next poll counts from now
+                else:
+                    self._spawn(self._reload_quietly())
+            elif action in (STOP, QUIT) and self._signalled is not None:
+                self._quit_now = self._quit_now or action == QUIT
+                self._signalled.set()
+
+        for sig in SIGNALS:
+            loop.add_signal_handler(sig, received, sig)
 
     async def run_until_signalled(self) -> int:
+        """Serve until SIGTERM or SIGINT (drain, exit 0) or SIGQUIT (exit 0 at once); none of the
+        signals `SIGNALS` names ends the process unsaid."""
+        self.take_signals()
+        assert self._signalled is not None
         loop = asyncio.get_running_loop()
-        stop = asyncio.Event()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, stop.set)
-        loop.add_signal_handler(signal.SIGUSR1, self._reload_now.set)
-        await stop.wait()
-        await self.stop()
+        try:
+            await self._signalled.wait()
+            if self._quit_now:
+                self.close()
+            else:
+                await self.stop()
+        finally:
+            for sig in SIGNALS:
+                loop.remove_signal_handler(sig)
         return 0
+
+    def _signal_line(self, action: str) -> str:
+        if action == STOP:
+            health = self.server.config.health
+            lameduck = health.lameduck if health is not None else 0.0
+            first = f"lameduck {lameduck:g}s (/ready fails, DNS still answers), then " if lameduck else ""
+            return (f"draining: {first}up to {STOP_DRAIN:g}s for queries waiting upstream, then "
+                    "exiting")
+        if action == QUIT:
+            return "quitting at once, without draining"
+        if action == RELOAD:
+            if self.path is None:
+                return "no Corefile file to reload (it came from the environment); ignored"
+            return f"reloading {self.path}"
+        return "ignored, as CoreDNS ignores it (a terminal or a supervisor may send it); SIGUSR1 reloads"
 
     async def stop(self) -> None:
         """Lameduck first: /ready fails at once while DNS keeps answering, then drain."""
@@ -245,8 +303,6 @@ class Runtime:
     async def _watch_corefile(self) -> None:
         spec = self.server.config.reload
         assert spec is not None and self.path is not None
-        with contextlib.suppress(ConfigError):
-            self.reloads.version = digest(corefile.load(self.path))
         self.process.reload_hash = self.reloads.version
         while not self.stopping:
             delay = spec.interval + random.uniform(0, spec.jitter)
@@ -256,6 +312,10 @@ class Runtime:
             self._reload_now.clear()
             await self.reload()
             spec = self.server.config.reload or spec
+
+    async def _reload_quietly(self) -> None:
+        """SIGUSR1 without `reload`: one reload now, as CoreDNS reloads on it either way."""
+        await self.reload()
 
     async def reload(self) -> bool:
         """Re-read the Corefile; serve it if it changed and loads, else keep the old one."""

@@ -123,8 +123,7 @@ def _view(check: diagnosis.NameCheck, cfg: config.Config | None) -> str:
 def _cluster(opts: Options) -> list[Run]:
     runs = [_remote(opts, "before replacement" if opts.replace else "in the running pod")]
     if opts.replace:
-        pod = _kubectl(opts, ["exec", *_where(opts), opts.kubectl or "", "--", "cat",
-                              "/proc/sys/kernel/hostname"]).strip()
+        pod = _exec(opts, ["cat", "/proc/sys/kernel/hostname"]).strip()
         _kubectl(opts, ["delete", "pod", *_ns(opts), pod, "--wait=true"])
         _kubectl(opts, ["rollout", "status", *_ns(opts), opts.kubectl or "", f"--timeout={opts.timeout}s"])
         runs.append(_remote(opts, "after replacement"))
@@ -140,13 +139,43 @@ def _remote(opts: Options, phase: str) -> Run:
     if opts.conf:
         inner += ["-conf", opts.conf]
     _progress(f"{phase}: running the checks in {opts.kubectl} (kubectl exec) ...")
-    out = _kubectl(opts, ["exec", *_where(opts), opts.kubectl or "", "--", *inner])
+    out = _exec(opts, inner)
     try:
         run = _run_from_json(json.loads(out))
     except (ValueError, KeyError, TypeError) as err:
         raise RuntimeError(f"the pod's splitdns verify printed something unexpected: {err}") from None
     run.observation = dataclasses.replace(run.observation, phase=phase)
     return run
+
+
+# The resolver's container, unless -c names it: what inject and the webhook call it, then what
+# render calls it (its Corefile mounted from a ConfigMap). kubectl's own default is the app's.
+CONTAINERS = ("splitdns", "dns")
+
+
+def _exec(opts: Options, command: list[str]) -> str:
+    """`kubectl exec` in the resolver's container; without -c, the first of CONTAINERS the pod has
+    (remembered in `opts` for the later calls)."""
+    target = opts.kubectl or ""
+    if opts.container:
+        return _kubectl(opts, ["exec", *_where(opts), target, "--", *command])
+    for name in CONTAINERS:
+        try:
+            out = _kubectl(opts, ["exec", *_ns(opts), "-c", name, target, "--", *command])
+        except RuntimeError as err:
+            if not _no_such_container(str(err)):
+                raise
+            continue
+        opts.container = name
+        return out
+    raise RuntimeError(f"{target} has no container named {' or '.join(CONTAINERS)}: name the one "
+                       "that runs splitdns with -c")
+
+
+def _no_such_container(error: str) -> bool:
+    """kubectl's words for a container the pod lacks ("container not found", "is not valid")."""
+    text = error.lower()
+    return "container" in text and ("not found" in text or "not valid" in text)
 
 
 def _ns(opts: Options) -> list[str]:
