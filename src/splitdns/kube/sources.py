@@ -8,12 +8,15 @@ import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from splitdns.errors import ConfigError, Location
-from splitdns.kube import corefile_model, yamlio
+from splitdns.kube import corefile_model
 from splitdns.kube.findings import Finding
 from splitdns.kube.tunnel_kind import ConfigFormat, TunnelConfig
+
+if TYPE_CHECKING:  # PyYAML is read only with a YAML input: the webhook, which has none, loads no YAML
+    from splitdns.kube import yamlio
 
 POD_SPEC_PATHS: dict[str, tuple[str, ...]] = {
     "Pod": ("spec",),
@@ -131,6 +134,8 @@ def _is_cluster_corefile(model: corefile_model.Model) -> bool:
 
 def _read_yaml(path: str, text: str, inputs: Inputs) -> None:
     import yaml
+
+    from splitdns.kube import yamlio
 
     try:
         docs = yamlio.load_all(text)
