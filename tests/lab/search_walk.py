@@ -112,7 +112,9 @@ class WalkLab:
 
     def tunnel(self, up: bool) -> None:
         """What OpenVPN's --up/--down would make `splitdns openvpn-hook` write."""
-        env = {"script_type": "up" if up else "down", "dns_server_1_address_1": TUNNEL_DNS,
+        # `dev`: the interface OpenVPN names, to which the zone binds its upstream sockets: the
+        # stand-in tunnel DNS listens on this namespace's loopback.
+        env = {"script_type": "up" if up else "down", "dns_server_1_address_1": TUNNEL_DNS, "dev": "lo",
                "PYTHONPATH": str(ROOT / "src")}
         subprocess.run([sys.executable, "-m", "splitdns", "openvpn-hook", "--state",
                         str(self.workdir / "openvpn.json"), "tun0", "1500", "0", "10.8.0.2",
