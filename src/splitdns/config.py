@@ -6,7 +6,6 @@ besides the Corefile itself, and it happens here, at load, as in CoreDNS.
 
 from __future__ import annotations
 
-import difflib
 import functools
 import ipaddress
 from collections.abc import Mapping
@@ -214,6 +213,8 @@ def _unknown(st: corefile.Statement) -> ConfigError:
 def near_miss(name: str,
               known: tuple[str, ...] = directives.SUPPORTED + directives.COREDNS_ONLY) -> str | None:
     """The known directive a misspelt one most likely meant (`erors` -> `errors`), or None."""
+    import difflib  # only for a typo: serving does not load it
+
     found = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.75)
     return found[0] if found else None
 

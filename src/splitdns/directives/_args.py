@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import re
 import string
@@ -138,6 +137,8 @@ def no_body(st: Statement, usage: str) -> None:
 
 
 def unknown_option(opt: Statement, directive: str, known: tuple[str, ...]) -> ConfigError:
+    import difflib  # only for a typo: serving does not load it
+
     guess = difflib.get_close_matches(opt.name.lower(), known, n=1, cutoff=0.75)
     hint = f" (did you mean `{guess[0]}`?)" if guess else ""
     return ConfigError(

@@ -11,16 +11,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
 import json
 import os
 import random
-import secrets
 import signal
 import time
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import dns.rcode
 import dns.rdatatype
@@ -48,6 +47,17 @@ READY_HEARD_WITHIN = 3.0
 STOP_DRAIN = 0.5
 LOOP_PROBE_ATTEMPTS = 30  # CoreDNS: every second for up to 30 s until one exchange succeeds
 
+# hashlib's own SHA-512, without the OpenSSL libcrypto that importing hashlib loads (about 4 MiB
+# of RSS, for digests the resolver never asks for).
+if TYPE_CHECKING:
+    from hashlib import sha512
+else:
+    try:
+        from _sha512 import sha512
+    except ImportError:  # a Python built without it
+        from hashlib import sha512
+
+
 
 def digest(blocks: list[corefile.ServerBlock]) -> str:
     """SHA-512 of the parsed blocks, as CoreDNS: comments and spacing do not cause a reload."""
@@ -55,12 +65,12 @@ def digest(blocks: list[corefile.ServerBlock]) -> str:
         return [[t.text for t in st.tokens], [statement(b) for b in st.body or ()]]
 
     data = [[[k.text for k in b.keys], [statement(d) for d in b.directives]] for b in blocks]
-    return hashlib.sha512(json.dumps(data).encode()).hexdigest()
+    return sha512(json.dumps(data).encode()).hexdigest()
 
 
 def _fingerprint(path: str, error: str) -> str:
     """A Corefile that does not parse, told apart by its bytes (when readable) and its error."""
-    data = hashlib.sha512(error.encode())
+    data = sha512(error.encode())
     with contextlib.suppress(OSError):
         data.update(Path(path).read_bytes())
     return data.hexdigest()
@@ -234,7 +244,7 @@ class Runtime:
     async def _loop_probe(self, zone: Zone) -> None:
         guard = zone.loop
         for _ in range(LOOP_PROBE_ATTEMPTS):
-            name = guard.probe_name(secrets.token_hex(6), secrets.token_hex(6))
+            name = guard.probe_name(os.urandom(6).hex(), os.urandom(6).hex())  # as secrets.token_hex
             key = wire.name_to_wire(name)
             detected_before = guard.probe_sent(key)
             answered = False

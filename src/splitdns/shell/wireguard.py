@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
-import secrets
+import random
 import socket
 import struct
 import time
@@ -33,6 +33,9 @@ IFF_UP = 0x1
 MAX_FILE = 65536
 
 Stamp = tuple[int, int, int] | None
+
+# secrets.randbits's source, without importing secrets (whose hmac loads OpenSSL's libcrypto).
+_RANDOM = random.SystemRandom()
 
 
 class Watcher:
@@ -129,7 +132,7 @@ class Watcher:
         self._poked = now
         host, port = self.state.pushed.servers[0]
         # `. NS`, recursion desired: any DNS server answers it, and the answer is not awaited.
-        query = struct.pack("!HHHHHH", secrets.randbits(16), 0x0100, 1, 0, 0, 0) + b"\x00\x00\x02\x00\x01"
+        query = struct.pack("!HHHHHH", _RANDOM.getrandbits(16), 0x0100, 1, 0, 0, 0) + b"\x00\x00\x02\x00\x01"
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as s:
             s.setblocking(False)
