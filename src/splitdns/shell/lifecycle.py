@@ -34,7 +34,7 @@ from splitdns.core.zone import Zone
 from splitdns.directives.openvpn import OpenVPNSpec
 from splitdns.directives.wireguard import WireGuardSpec
 from splitdns.errors import ConfigError
-from splitdns.shell import http, logs, openvpn, wireguard
+from splitdns.shell import event_loop, http, logs, openvpn, wireguard
 from splitdns.shell.server import Server, spawn_into
 
 PROBE_INTERVAL = 1.0
@@ -292,6 +292,7 @@ class Runtime:
             if version in (self.version, self.failed_version):
                 return False
             new = config.build(blocks, self.path, self.default_port)
+            event_loop.check_reload(new)
             await self.server.swap(new)
         except (ConfigError, OSError) as err:
             self.failed_version = version  # not logged again until the file changes again
