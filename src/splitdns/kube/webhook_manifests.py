@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from splitdns.kube import inject, manifests, sizing
+from splitdns.kube import image, inject, manifests, sizing
 from splitdns.kube.plan import PlanError
 
 Doc = dict[str, Any]
@@ -139,7 +139,8 @@ def deployment(settings: inject.Settings, namespace: str, flags: list[str],
     base = manifests.dns_container(settings.plan, manifests.Options(image=settings.image, sidecar="classic"))
     container: Doc = {
         "name": "webhook",
-        "image": settings.image,
+        # The webhook runs from the tools image; the pods it injects get the resolver image.
+        "image": image.tools_image(settings.image),
         "command": ["splitdns", "webhook"],
         "args": args,
         "ports": [{"name": "https", "containerPort": HTTPS_PORT, "protocol": "TCP"},
