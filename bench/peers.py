@@ -128,6 +128,25 @@ def splitdns(workdir: Path, addr: str, port: int, upstream: str, cache: int = SU
                 {"Corefile": corefile})
 
 
+def splitdns_image(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
+    """splitdns's Corefile, served from the resolver image's own files (bench/image.py): its root
+    filesystem by chroot, as uid 65532, the Corefile bind-mounted where the image reads it."""
+    from bench import image
+
+    spec = splitdns(workdir, addr, port, upstream)
+    d = workdir / "splitdns-image"
+    root = image.root() or "/nonexistent-image-root"
+    # The directory is made readable for the image's user; the bind mount lives in a mount
+    # namespace of its own, gone with the process.
+    script = (f"chmod 755 {d} && chmod 644 {d}/Corefile && mount --bind {d} {root}/etc/coredns && "
+              f"exec chroot --userspec=65532:65532 {root} /usr/bin/splitdns serve "
+              f"-conf /etc/coredns/Corefile -dns.port {port}")
+    return Spec("splitdns-image", addr, port, ("unshare", "--mount", "sh", "-c", script), spec.files,
+                note="the resolver image (the Dockerfile's resolver target) run from its root filesystem "
+                     "by chroot, as uid 65532 (bench/image.py): Debian's python3.11, the stock asyncio "
+                     "loop; start-up includes unshare and chroot")
+
+
 def coredns(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
     d = workdir / "coredns"
     corefile = f""".:{port} {{
@@ -230,6 +249,7 @@ Factory = Callable[[Path, str, int, str], Spec]
 # its reference from the same round even when a round is cut short.
 PEERS: tuple[tuple[str, str, Factory], ...] = (
     ("splitdns", "127.0.0.10", splitdns),
+    ("splitdns-image", "127.0.0.17", splitdns_image),
     ("unbound-1t", "127.0.0.11", unbound),
     ("python-floor", "127.0.0.15", python_floor),
     ("dnsmasq", "127.0.0.12", dnsmasq),
