@@ -77,7 +77,9 @@ def render(settings: inject.Settings, namespace: str,
         "injects the resolver. Needs cert-manager. Apply with `kubectl apply -f FILE`.",
         f"Opt in: label a namespace {inject.NAMESPACE_LABEL}=enabled and the pods {inject.POD_LABEL}=true.",
         "Changing the zones: render again, apply, then restart the workloads (kubectl rollout restart):",
-        "running pods keep the settings they were created with (`splitdns doctor` lists them)."])
+        "running pods keep the settings they were created with (`splitdns doctor` lists them).",
+        f"Images: the webhook runs {image.tools_image(settings.image)} (the Dockerfile's tools target),",
+        f"the pods it injects {settings.image} (its resolver target): push both."])
     return {"splitdns-webhook.yaml": yamlio.dump_all(all_documents(settings, namespace,
                                                                    review_rate=review_rate), header)}
 
