@@ -128,6 +128,19 @@ def splitdns(workdir: Path, addr: str, port: int, upstream: str, cache: int = SU
                 {"Corefile": corefile})
 
 
+def splitdns_asyncio(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
+    """splitdns from the virtualenv with uvloop kept out, as the resolver image runs: the A/B of
+    the two loops on one interpreter (serve falls back to asyncio when uvloop does not import)."""
+    spec = splitdns(workdir, addr, port, upstream)
+    d = workdir / "splitdns-asyncio"
+    code = ("import sys; sys.modules['uvloop'] = None; sys.argv[0] = 'splitdns'; "
+            "from splitdns.cli import main; sys.exit(main())")
+    return Spec("splitdns-asyncio", addr, port,
+                (sys.executable, "-c", code, *spec.argv[3:5], str(d / "Corefile"), *spec.argv[6:]),
+                spec.files, note="splitdns from the virtualenv on the stock asyncio loop (uvloop kept "
+                                 "out, as in the resolver image)")
+
+
 def splitdns_image(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
     """splitdns's Corefile, served from the resolver image's own files (bench/image.py): its root
     filesystem by chroot, as uid 65532, the Corefile bind-mounted where the image reads it."""
@@ -256,8 +269,10 @@ PEERS: tuple[tuple[str, str, Factory], ...] = (
     ("dnsdist", "127.0.0.13", dnsdist),
     ("coredns", "127.0.0.14", coredns),
     ("python-floor-uring", "127.0.0.16", python_floor_uring),
+    ("splitdns-asyncio", "127.0.0.18", splitdns_asyncio),
 )
-ON_REQUEST = frozenset({"python-floor-uring"})  # only with --servers: a question, not a peer
+# Only with --servers: questions, not peers.
+ON_REQUEST = frozenset({"python-floor-uring", "splitdns-asyncio"})
 
 
 # --- processes ---------------------------------------------------------------------------------
