@@ -278,10 +278,12 @@ NOT_FOR_SERVING = ("splitdns.kube.admission", "splitdns.kube.manifests", "splitd
                    "hashlib", "secrets", "difflib", "ssl", "_ssl")
 
 
-def test_serving_the_scenario_loads_nothing_of_the_cluster_tools(tmp_path: Path) -> None:
+@pytest.mark.parametrize("metrics", [False, True], ids=["scenario", "with-prometheus-unscraped"])
+def test_serving_the_scenario_loads_nothing_of_the_cluster_tools(tmp_path: Path, metrics: bool) -> None:
     """The scenario's Corefile served (a hit and a miss in each zone, plain answers) and stopped as
     the kubelet stops it: the modules the process held at exit, none of NOT_FOR_SERVING. Without
-    uvloop, as the resolver image runs (uvloop imports ssl itself)."""
+    uvloop, as the resolver image runs (uvloop imports ssl itself). With a `prometheus` endpoint
+    nobody scraped, still none: prometheus_client is imported by the first scrape."""
     loaded_file, conf = tmp_path / "modules.txt", tmp_path / "Corefile"
     code = ("import atexit, sys\nsys.modules['uvloop'] = None\nfrom splitdns.cli import main\n"
             "out = sys.argv.pop(1)\n"
@@ -289,8 +291,10 @@ def test_serving_the_scenario_loads_nothing_of_the_cluster_tools(tmp_path: Path)
             "sys.argv[0] = 'splitdns'\nsys.exit(main())\n")
     with scripted_upstream(tmp_path, CLUSTER, "127.0.0.21") as cluster, \
             scripted_upstream(tmp_path, TUNNEL, "127.0.0.22") as tunnel:
-        conf.write_text(corefile(cluster.target, tunnel.target))
-        port = free_port("127.0.0.1")
+        port, metrics_port = free_port("127.0.0.1"), free_port("127.0.0.1")
+        conf.write_text(corefile(cluster.target, tunnel.target).replace(
+            "errors\n", f"errors\n    prometheus 127.0.0.1:{metrics_port}\n", 1) if metrics else
+            corefile(cluster.target, tunnel.target))
         with (tmp_path / "out.log").open("wb") as out:
             process = subprocess.Popen([sys.executable, "-c", code, str(loaded_file), "serve", "-conf",
                                         str(conf), "-dns.port", str(port)], stdout=out,

@@ -16,7 +16,7 @@ import os
 import random
 import signal
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -144,6 +144,29 @@ class Runtime:
 
     # -- HTTP endpoints ----------------------------------------------------------------------
 
+    def _scrape_handler(self) -> http.Handler:
+        """/metrics. prometheus_client and our collector are imported at the first scrape, not at
+        start: with the modules its exposition imports (ssl, urllib, http.server) they are about 10
+        MiB of RSS, which a resolver nobody scrapes never pays; the first scrape pays the import."""
+        rendered: list[Callable[[], tuple[str, bytes]]] = []
+
+        def scrape(_: dict[str, list[str]]) -> http.Response:
+            if not rendered:
+                from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+                from splitdns.shell import exposition
+
+                registry = exposition.registry(exposition.ServerCollector(
+                    self._zones_for_metrics, self.process,
+                    lambda: [(f"dns://:{port}", stats) for port, stats in self.server.unrouted.items()],
+                    lambda: self.server.config.ready is not None, self._zone_live,
+                    lambda: not liveness.problems(self.server.zones.values(), None, self.stopping)))
+                rendered.append(lambda: (CONTENT_TYPE_LATEST, generate_latest(registry)))
+            content_type, body = rendered[0]()
+            return 200, content_type, body
+
+        return scrape
+
     async def _open_endpoints(self) -> None:
         cfg = self.server.config
         routes: dict[tuple[str, int], dict[str, http.Handler]] = {}
@@ -153,19 +176,7 @@ class Runtime:
         if cfg.ready is not None:
             routes.setdefault((cfg.ready.host, cfg.ready.port), {})["/ready"] = self._ready
         if cfg.prometheus:
-            from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-            from splitdns.shell import exposition
-
-            registry = exposition.registry(exposition.ServerCollector(
-                self._zones_for_metrics, self.process,
-                lambda: [(f"dns://:{port}", stats) for port, stats in self.server.unrouted.items()],
-                lambda: self.server.config.ready is not None, self._zone_live,
-                lambda: not liveness.problems(self.server.zones.values(), None, self.stopping)))
-
-            def scrape(_: dict[str, list[str]]) -> http.Response:
-                return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
-
+            scrape = self._scrape_handler()
             for ep in cfg.prometheus:
                 routes.setdefault((ep.host, ep.port), {})["/metrics"] = scrape
         for (host, port), table in routes.items():
