@@ -27,15 +27,18 @@ DNS_MILLICORES_PER_1000_QPS = 120
 TYPICAL_QPS = 100
 
 # The DNS container's memory: the resolver image's RSS at the end of the same 1,000 q/s of the mix
-# (`make bench`, the splitdns-image row: 20.2 MiB; idle 19.8; 2 Dec, one quick round). Its request
-# is that with the same quarter above, which also holds a full default cache of the scenario's two
-# zones (about 6 MiB for 10,000 names). RSS hardly follows the rate (the cache does), so one figure
-# serves every --expected-qps; the limit (manifests) is for a full `cache_memory`.
+# (`make bench`, the splitdns-image row: 20.2 MiB; idle 19.8; 2 Dec, one quick round), plus what
+# the first scrape of /metrics adds (prometheus_client and what it imports, loaded then: 19.8 ->
+# 27.8 MiB in the image), since the rendered Corefile serves metrics and a monitored fleet scrapes
+# them. The request is their sum with the same quarter above. RSS hardly follows the rate (the
+# cache does), so one figure serves every --expected-qps; the limit (manifests) is for a full
+# `cache_memory`.
 DNS_RSS_MIB_AT_1000_QPS = 20.2
+METRICS_RSS_MIB = 8.0
 
 
 def dns_memory_request_mib() -> int:
-    return math.ceil(round(DNS_RSS_MIB_AT_1000_QPS * HEADROOM, 6))
+    return math.ceil(round((DNS_RSS_MIB_AT_1000_QPS + METRICS_RSS_MIB) * HEADROOM, 6))
 
 
 # The webhook: bench/webhook.py measured 0.9-1.9 ms of CPU per review (bench/README.md, "The
