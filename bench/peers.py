@@ -128,6 +128,38 @@ def splitdns(workdir: Path, addr: str, port: int, upstream: str, cache: int = SU
                 {"Corefile": corefile})
 
 
+def splitdns_asyncio(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
+    """splitdns from the virtualenv with uvloop kept out, as the resolver image runs: the A/B of
+    the two loops on one interpreter (serve falls back to asyncio when uvloop does not import)."""
+    spec = splitdns(workdir, addr, port, upstream)
+    d = workdir / "splitdns-asyncio"
+    code = ("import sys; sys.modules['uvloop'] = None; sys.argv[0] = 'splitdns'; "
+            "from splitdns.cli import main; sys.exit(main())")
+    return Spec("splitdns-asyncio", addr, port,
+                (sys.executable, "-c", code, *spec.argv[3:5], str(d / "Corefile"), *spec.argv[6:]),
+                spec.files, note="splitdns from the virtualenv on the stock asyncio loop (uvloop kept "
+                                 "out, as in the resolver image)")
+
+
+def splitdns_image(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
+    """splitdns's Corefile, served from the resolver image's own files (bench/image.py): its root
+    filesystem by chroot, as uid 65532, the Corefile bind-mounted where the image reads it."""
+    from bench import image
+
+    spec = splitdns(workdir, addr, port, upstream)
+    d = workdir / "splitdns-image"
+    root = image.root() or "/nonexistent-image-root"
+    # The directory is made readable for the image's user; the bind mount lives in a mount
+    # namespace of its own, gone with the process.
+    script = (f"chmod 755 {d} && chmod 644 {d}/Corefile && mount --bind {d} {root}/etc/coredns && "
+              f"exec chroot --userspec=65532:65532 {root} /usr/bin/splitdns serve "
+              f"-conf /etc/coredns/Corefile -dns.port {port}")
+    return Spec("splitdns-image", addr, port, ("unshare", "--mount", "sh", "-c", script), spec.files,
+                note="the resolver image (the Dockerfile's resolver target) run from its root filesystem "
+                     "by chroot, as uid 65532 (bench/image.py): Debian's python3.11, the stock asyncio "
+                     "loop; start-up includes unshare and chroot")
+
+
 def coredns(workdir: Path, addr: str, port: int, upstream: str) -> Spec:
     d = workdir / "coredns"
     corefile = f""".:{port} {{
@@ -230,14 +262,17 @@ Factory = Callable[[Path, str, int, str], Spec]
 # its reference from the same round even when a round is cut short.
 PEERS: tuple[tuple[str, str, Factory], ...] = (
     ("splitdns", "127.0.0.10", splitdns),
+    ("splitdns-image", "127.0.0.17", splitdns_image),
     ("unbound-1t", "127.0.0.11", unbound),
     ("python-floor", "127.0.0.15", python_floor),
     ("dnsmasq", "127.0.0.12", dnsmasq),
     ("dnsdist", "127.0.0.13", dnsdist),
     ("coredns", "127.0.0.14", coredns),
     ("python-floor-uring", "127.0.0.16", python_floor_uring),
+    ("splitdns-asyncio", "127.0.0.18", splitdns_asyncio),
 )
-ON_REQUEST = frozenset({"python-floor-uring"})  # only with --servers: a question, not a peer
+# Only with --servers: questions, not peers.
+ON_REQUEST = frozenset({"python-floor-uring", "splitdns-asyncio"})
 
 
 # --- processes ---------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ FOOTPRINT = (
     Metric("hwm_100k", "peak RSS (VmHWM) after the fill", "MiB", False),
     Metric("hwm_end", "peak RSS (VmHWM) after all runs", "MiB", False),
     Metric("startup_ms", "exec to first answer", "ms", False),
+    Metric("image_mb", "image, uncompressed", "MB", False),
+    Metric("image_gz_mb", "image, gzipped", "MB", False),
 )
 HEADLINE = THROUGHPUT + LATENCY + FOOTPRINT
 

@@ -14,6 +14,7 @@ machine already runs can hold its ports. Read bench/README.md for what the figur
 from __future__ import annotations
 
 import argparse
+import compileall
 import os
 import shutil
 import signal
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
 
-from bench import curves, environment, growth, measure, mix, peers, report
+from bench import curves, environment, growth, image, measure, mix, peers, report
 
 REPO = Path(__file__).resolve().parent.parent
 NETNS_ENV = "SPLITDNS_BENCH_NETNS"
@@ -193,6 +194,9 @@ class Bench:
             if name == "coredns" and shutil.which(spec.binary) is None:
                 self.results.notes[name] = "skipped: no coredns binary on PATH"
                 continue
+            if name == "splitdns-image" and image.root() is None:
+                self.results.notes[name] = "skipped: the resolver image was not built (see the log)"
+                continue
             if spec.note:
                 self.results.notes.setdefault(name, spec.note)
             busy = wait_quiet()
@@ -231,6 +235,12 @@ class Bench:
         if spec.name == report.REFERENCE:  # the loop it says it runs on, not the one we hope for
             loop = environment.logged_event_loop(self.workdir / spec.name / "output.log")
             self.results.env["splitdns event loop"] = loop or "not logged (a splitdns before the log line)"
+        built = image.built()
+        if spec.name == "splitdns-image" and built:
+            rec("image_mb", int(str(built["bytes"])) / 1e6)
+            rec("image_gz_mb", int(str(built["gzipped"])) / 1e6)
+            loop = environment.logged_event_loop(self.workdir / spec.name / "output.log")
+            self.results.env["splitdns-image event loop"] = loop or "not logged"
         problems = measure.check_answers(spec.addr, spec.port,
                                          [f"www.{peers.ZONE}", f"check-{round_no}.{peers.ZONE}"])
         if problems:
@@ -339,7 +349,17 @@ def log(message: str) -> None:
 
 
 def run(opts: Options, network: str) -> int:
+    try:
+        return _run(opts, network)
+    finally:
+        image.finish()
+
+
+def _run(opts: Options, network: str) -> int:
     began = time.monotonic()
+    # The development tree's splitdns starts from bytecode, as the image's does (which is compiled
+    # when built): with PYTHONDONTWRITEBYTECODE set, every start would compile it again.
+    compileall.compile_dir(REPO / "src" / "splitdns", quiet=1)
     placement = Placement.choose()
     results = report.Results(opts.rounds, env=environment.describe(opts, network, placement))
     workdir = Path(tempfile.mkdtemp(prefix="splitdns-bench-"))
@@ -382,6 +402,11 @@ def _terminate(signum: int, frame: FrameType | None) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     opts = parse_args(argv)
+    if "splitdns-image" in opts.servers and os.environ.get(NETNS_ENV) != "1":
+        log("building the resolver image (bench/image.py)")
+        why = image.prepare()  # before the namespace: the build needs Debian's and Python's packages
+        if why:
+            log(f"no splitdns-image row: {why}")
     network = enter_netns(opts, argv)
     signal.signal(signal.SIGTERM, _terminate)
     # Started from a non-interactive shell with `&`, SIGINT arrives ignored: Ctrl-C must still work.

@@ -1,4 +1,5 @@
-"""The image, for real: the Dockerfile built with podman and run as `splitdns render`'s pod runs it.
+"""The images, for real: the Dockerfile's two targets built with podman, the resolver image run as
+`splitdns render`'s pod runs it, the tools image run as the webhook's Deployment runs it.
 
 The base is a stand-in for `python:3.11-slim-bookworm` made from Debian packages (no registry
 here; tests/support/podman.py), passed as the Dockerfile's BASE_IMAGE build argument. The image
@@ -14,6 +15,7 @@ build itself fetches Python packages through this machine's pip configuration, a
 
 from __future__ import annotations
 
+import gzip
 import importlib.metadata
 import json
 import os
@@ -21,6 +23,7 @@ import re
 import shlex
 import subprocess
 import sys
+import tempfile
 import tomllib
 import uuid
 from collections.abc import Iterator
@@ -33,7 +36,7 @@ from tools.image_requirements import image_requirements, name_of
 
 from splitdns import __version__
 from splitdns.commands import render
-from splitdns.kube import manifests, wireguard_pod
+from splitdns.kube import image, manifests, wireguard_pod
 from tests.lab import PodSpec, configs
 from tests.lab.fixtures import require_lab, sigterm_interrupts
 from tests.lab.netns import wait_for
@@ -44,6 +47,10 @@ ROOT = Path(__file__).parents[1]
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 VERSION = __version__  # pyproject.toml reads it from the package
 TAG = "localhost/splitdns:test"
+TOOLS_TAG = "localhost/splitdns-tools:test"
+# The resolver image's budget: what every node pulls and stores for every pod's sidecar.
+RESOLVER_MAX_BYTES = 60_000_000
+RESOLVER_MAX_COMPRESSED_BYTES = 20_000_000
 # An HTTP GET as the kubelet's probe makes it: prints the status and the body.
 PROBE = """\
 import sys, urllib.error, urllib.request
@@ -62,6 +69,9 @@ class Built:
     size: int
     timing: podman.Timing
     idle: str = ""  # a container of the image that only sleeps, for the `podman exec` checks
+    compressed: int = 0  # the image as `podman save` writes it, gzipped (what a registry stores)
+    tools_config: dict[str, object] | None = None
+    tools_idle: str = ""
 
 
 def require_image_tools() -> None:
@@ -84,7 +94,8 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
         timing = podman.Timing()
         failure = ""
         try:
-            engine.build(ROOT, TAG, timing)
+            engine.build(ROOT, TAG, timing, target="resolver")
+            engine.build(ROOT, TOOLS_TAG, timing, target="tools")
         except podman.ImageError as err:
             failure = str(err)
         if failure:
@@ -92,30 +103,53 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Built]:
         # The name the rendered manifests give the image (render's default): tag and push it so.
         expected = image_pod.dns_container(rendered(tmp_path_factory.mktemp("render")))["image"]
         engine.podman("tag", TAG, expected)
+        engine.podman("tag", TOOLS_TAG, image.tools_image(expected))
         data = engine.inspect(TAG)
         size = int(data["Size"])  # type: ignore[call-overload]
-        print(f"\nimage {TAG} (also {expected}): {size / 1e6:.0f} MB; base "
+        made = Built(engine, data["Config"], size, timing)  # type: ignore[arg-type]
+        made.compressed = compressed_size(engine, TAG)
+        tools = engine.inspect(TOOLS_TAG)
+        made.tools_config = tools["Config"]  # type: ignore[assignment]
+        tools_size = int(tools["Size"])  # type: ignore[call-overload]
+        print(f"\nimage {TAG} (also {expected}): {size / 1e6:.1f} MB, {made.compressed / 1e6:.1f} MB "
+              f"gzipped; {TOOLS_TAG}: {tools_size / 1e6:.0f} MB; base "
               f"{'made by mmdebstrap' if timing.base_made else 'from the cache'} {timing.base_s:.1f} s, "
               f"import {timing.import_s:.1f} s, build {timing.build_s:.1f} s")
-        made = Built(engine, data["Config"], size, timing)  # type: ignore[arg-type]
         made.idle = engine.podman("run", "--detach", "--pull=never", "--network=none", "--read-only",
                                   "--entrypoint=sleep", TAG, "600").strip()
+        made.tools_idle = engine.podman("run", "--detach", "--pull=never", "--network=none", "--read-only",
+                                        "--entrypoint=sleep", TOOLS_TAG, "600").strip()
         yield made
+
+
+def compressed_size(engine: podman.Engine, tag: str) -> int:
+    """Bytes of the image's archive (`podman save`) through gzip -6, as a registry's layers are."""
+    with tempfile.TemporaryDirectory(dir=engine.scratch) as tmp:
+        archive = Path(tmp) / "image.tar"
+        engine.podman("image", "save", "--output", str(archive), tag, timeout=120)
+        return len(gzip.compress(archive.read_bytes(), compresslevel=6))
 
 
 def in_image(built: Built, *argv: str, entrypoint: str = "python3") -> subprocess.CompletedProcess[str]:
     return built.engine.popen("exec", built.idle, entrypoint, *argv)
 
 
-def test_uvloop_comes_with_a_plain_install_on_linux_cpython() -> None:
-    """The loop `make bench` measures is the one `pip install splitdns` gives: uvloop is a default
-    dependency (not an extra) wherever it installs, and the image takes it with the others."""
+def in_tools(built: Built, *argv: str, entrypoint: str = "python3") -> subprocess.CompletedProcess[str]:
+    return built.engine.popen("exec", built.tools_idle, entrypoint, *argv)
+
+
+def test_uvloop_comes_with_a_plain_install_but_not_in_the_resolver_image() -> None:
+    """uvloop is a default dependency (not an extra) wherever it installs; the resolver image
+    leaves it out (its loop and the ssl module it imports are about 6 MiB of every pod's RSS), the
+    tools image takes it with the others."""
     requirements = importlib.metadata.requires("splitdns") or []
     uvloop = [r for r in requirements if name_of(r) == "uvloop"]
     assert uvloop and "extra ==" not in uvloop[0], requirements
     marker = uvloop[0].replace('"', "'")
     assert "sys_platform != 'win32'" in marker and "platform_python_implementation == 'CPython'" in marker
     assert "uvloop" in {name_of(r) for r in image_requirements(PYPROJECT)}
+    resolver = {name_of(r) for r in image_requirements(PYPROJECT, resolver=True)}
+    assert resolver == {"dnspython", "prometheus-client"}
 
 
 def test_image_is_labelled_and_runs_as_the_rendered_user(built: Built, tmp_path: Path) -> None:
@@ -134,36 +168,61 @@ def test_image_is_labelled_and_runs_as_the_rendered_user(built: Built, tmp_path:
     assert built.config["Cmd"] == dns["args"]
 
 
-def test_image_holds_only_what_serving_needs(built: Built) -> None:
-    wanted = {name_of(r) for r in image_requirements(PYPROJECT)} | {"splitdns"}
-    left_out = {name_of(n) for n in PYPROJECT["tool"]["splitdns"]["image"]["without"]}
-    listing = in_image(built, "-c", "import importlib.metadata as m, json, os, sys; print(json.dumps(["
+def test_the_resolver_image_holds_only_what_serving_needs(built: Built) -> None:
+    wanted = {name_of(r) for r in image_requirements(PYPROJECT, resolver=True)} | {"splitdns"}
+    listing = in_image(built, "-c", "import importlib.metadata as m, json, os, shutil, sys; "
+                       "print(json.dumps(["
                        "sys.prefix, sorted(d.metadata['Name'] for d in m.distributions()), "
-                       "sorted(os.listdir('/')), sorted(os.listdir('/opt'))]))")
-    prefix, installed, top, opt = json.loads(listing.stdout)
+                       "sorted(os.listdir('/')), sorted(os.listdir(os.path.dirname(os.__file__))), "
+                       "[p for p in ('pip', 'cc', 'gcc', 'apt', 'dpkg') if shutil.which(p)]]))")
+    assert listing.returncode == 0, listing.stderr
+    prefix, installed, top, stdlib, programs = json.loads(listing.stdout)
     installed = {name_of(n) for n in installed}
-    print(f"\nimage {built.size / 1e6:.0f} MB; /opt/splitdns holds {', '.join(sorted(installed))}")
-    assert prefix == "/opt/splitdns"
-    assert wanted <= installed
-    assert not installed & (left_out | {"pip", "setuptools", "wheel"})
-    # Nothing of the build stage but the virtualenv: no sources, wheels or build tools.
-    assert opt == ["splitdns"] and not {"src", "wheels"} & set(top)
-    no_yaml = in_image(built, "-c", "import yaml")
-    assert no_yaml.returncode != 0 and "No module named 'yaml'" in no_yaml.stderr
+    print(f"\nimage {built.size / 1e6:.1f} MB, {built.compressed / 1e6:.1f} MB gzipped; it holds "
+          f"{', '.join(sorted(installed))}")
+    assert prefix == "/usr"  # Debian's python3.11, not a virtualenv
+    assert installed == wanted  # no pip, setuptools, uvloop, YAML, validators or their schemas
+    assert not programs  # no package manager, no compiler
+    assert not {"test", "idlelib", "tkinter", "lib2to3", "distutils", "ensurepip"} & set(stdlib)
+    assert not {"src", "wheels", "opt", "root"} & set(top)
+    crds = in_image(built, "-c", "import importlib.resources as r; "
+                    "print(r.files('splitdns.kube').joinpath('crds').is_dir())")
+    assert crds.stdout.strip() == "False", crds.stderr
+    assert built.size <= RESOLVER_MAX_BYTES and built.compressed <= RESOLVER_MAX_COMPRESSED_BYTES
+    # Every module comes compiled: nothing is written on the read-only root, no import compiles.
+    uncompiled = in_image(built, "-c", "import sys, importlib.util as u, pathlib; print([str(p) "
+                          "for d in sys.path if d.startswith('/usr/lib/python3') for p in "
+                          "pathlib.Path(d).rglob('*.py') "
+                          "if not pathlib.Path(u.cache_from_source(str(p))).exists()][:5])")
+    assert uncompiled.stdout.strip() == "[]", uncompiled.stdout + uncompiled.stderr
 
 
-def test_image_serves_the_commands_a_cluster_needs(built: Built) -> None:
-    commands = ["serve", "verify", "openvpn-hook", "wireguard-shim"]
+def test_the_tools_image_holds_what_the_cluster_tools_need(built: Built) -> None:
+    assert built.tools_config is not None
+    assert built.tools_config["User"] == built.config["User"]
+    assert built.tools_config["Entrypoint"] == ["splitdns"]
+    listing = in_tools(built, "-c", "import importlib.metadata as m, json; "
+                       "print(json.dumps(sorted(d.metadata['Name'] for d in m.distributions())))")
+    assert listing.returncode == 0, listing.stderr
+    installed = {name_of(n) for n in json.loads(listing.stdout)}
+    assert {name_of(r) for r in image_requirements(PYPROJECT)} | {"splitdns"} <= installed
+    assert not installed & {"pip", "setuptools", "wheel", "pytest", "hypothesis", "matplotlib"}
+
+
+def test_each_image_serves_its_commands(built: Built) -> None:
     ours = subprocess.run([sys.executable, "-m", "splitdns", "--help"], capture_output=True, text=True,
                           check=True).stdout
-    commands += [c for c in ("webhook",) if re.search(rf"\b{c}\b", ours)]  # once this tree has it
-    for command in commands:
-        done = in_image(built, command, "--help", entrypoint="splitdns")
-        assert done.returncode == 0, f"splitdns {command} in the image: {done.stderr}"
-        # Its module loads with what the image holds (--help alone imports none of it).
-        module = f"splitdns.commands.{command.replace('-', '_')}"
-        loaded = in_image(built, "-c", f"import {module}")
-        assert loaded.returncode == 0, f"{module} in the image: {loaded.stderr}"
+    tools = [c for c in ("webhook", "check", "render", "inject", "doctor", "explain")
+             if re.search(rf"\b{c}\b", ours)]
+    resolver = ["serve", "verify", "openvpn-hook", "wireguard-shim"]
+    for run, commands in ((in_image, resolver), (in_tools, tools)):
+        for command in commands:
+            done = run(built, command, "--help", entrypoint="splitdns")
+            assert done.returncode == 0, f"splitdns {command} in the image: {done.stderr}"
+            # Its module loads with what the image holds (--help alone imports none of it).
+            module = f"splitdns.commands.{command.replace('-', '_')}"
+            loaded = run(built, "-c", f"import {module}")
+            assert loaded.returncode == 0, f"{module} in the image: {loaded.stderr}"
 
 
 def test_the_wireguard_shim_container_runs_as_rendered(built: Built, tmp_path: Path) -> None:

@@ -10,6 +10,8 @@ import re
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from splitdns import __version__
 from splitdns.kube import image, manifests
 
@@ -23,10 +25,13 @@ def instructions(name: str) -> list[str]:
 
 
 def test_the_dockerfile_builds_the_image_render_and_inject_describe() -> None:
-    assert instructions("USER") == [f"{image.USER_ID}:{image.USER_ID}"]
-    assert [json.loads(cmd) for cmd in instructions("CMD")] == [["-conf", image.COREFILE]]
-    assert instructions("ARG").count(f"VERSION={__version__}") == 1
-    exposed = set(instructions("EXPOSE")[0].split())
+    # Two images (the tools one, then the resolver one, which a plain `docker build .` gives): the
+    # same user, the same version; the resolver's arguments and ports are the pod's.
+    assert set(instructions("USER")) == {f"{image.USER_ID}:{image.USER_ID}"}
+    assert json.loads(instructions("CMD")[-1]) == ["-conf", image.COREFILE]
+    assert instructions("ARG").count(f"VERSION={__version__}") == 2
+    assert re.findall(r"^FROM .* AS (\w+)$", (ROOT / "Dockerfile").read_text(), re.M)[-1] == "resolver"
+    exposed = set(instructions("EXPOSE")[-1].split())
     assert {f"{manifests.HEALTH_PORT}/tcp", f"{manifests.READY_PORT}/tcp", "53/udp", "53/tcp"} <= exposed
 
 
@@ -62,3 +67,15 @@ def test_the_docs_name_the_user_the_image_runs_as() -> None:
     assert found, "the docs no longer name the image's user where this test looks"
     wrong = [f for f in found if f[1] != image.USER_ID]
     assert not wrong, f"the image runs as {image.USER_ID}, the docs say: {wrong}"
+
+
+@pytest.mark.parametrize(("resolver", "tools"), [
+    (image.DEFAULT_IMAGE, image.DEFAULT_TOOLS_IMAGE),
+    ("registry.example.com:5000/mirror/splitdns:dev", "registry.example.com:5000/mirror/splitdns-tools:dev"),
+    ("splitdns", f"splitdns-tools:{__version__}"),
+    # A digest is the resolver image's own: the tools image goes by the version's tag.
+    ("registry.example.com/splitdns@sha256:" + "0" * 64,
+     f"registry.example.com/splitdns-tools:{__version__}"),
+])
+def test_the_tools_image_is_named_beside_the_resolver_image(resolver: str, tools: str) -> None:
+    assert image.tools_image(resolver) == tools

@@ -8,6 +8,8 @@ a dead upstream's two attempts and the serve-stale window.
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -17,7 +19,7 @@ import dns.message
 import dns.rcode
 import pytest
 
-from tests.support.processes import dig, scripted_upstream
+from tests.support.processes import dig, free_port, poll_until, scripted_upstream, stop
 from tests.support.resolver import run_to_exit, splitdns_serve
 from tests.support.scripted_upstream import POISON_A
 
@@ -266,3 +268,44 @@ def test_a_port_in_use_names_the_address_and_the_way_out(tmp_path: Path) -> None
     assert done.stderr.startswith(f"[ERROR] cannot listen on dns://127.0.0.1:{port}: Address already in use: "
                                   "another process holds that address and port"), done.stderr
     assert "attempting" not in done.stderr and "Errno" not in done.stderr
+
+
+# What serving must never load (the sidecar's memory, and its image holds none of them): the
+# cluster tools' modules, and what only a rare reply, a typo or another directive needs.
+NOT_FOR_SERVING = ("splitdns.kube.admission", "splitdns.kube.manifests", "splitdns.commands.render",
+                   "yaml", "lightkube", "kubernetes_validate", "jsonschema", "aiohttp", "cryptography",
+                   "prometheus_client", "dns.message", "dns.name", "importlib.metadata", "email",
+                   "hashlib", "secrets", "difflib", "ssl", "_ssl")
+
+
+@pytest.mark.parametrize("metrics", [False, True], ids=["scenario", "with-prometheus-unscraped"])
+def test_serving_the_scenario_loads_nothing_of_the_cluster_tools(tmp_path: Path, metrics: bool) -> None:
+    """The scenario's Corefile served (a hit and a miss in each zone, plain answers) and stopped as
+    the kubelet stops it: the modules the process held at exit, none of NOT_FOR_SERVING. Without
+    uvloop, as the resolver image runs (uvloop imports ssl itself). With a `prometheus` endpoint
+    nobody scraped, still none: prometheus_client is imported by the first scrape."""
+    loaded_file, conf = tmp_path / "modules.txt", tmp_path / "Corefile"
+    code = ("import atexit, sys\nsys.modules['uvloop'] = None\nfrom splitdns.cli import main\n"
+            "out = sys.argv.pop(1)\n"
+            "atexit.register(lambda: open(out, 'w').write('\\n'.join(sorted(sys.modules))))\n"
+            "sys.argv[0] = 'splitdns'\nsys.exit(main())\n")
+    with scripted_upstream(tmp_path, CLUSTER, "127.0.0.21") as cluster, \
+            scripted_upstream(tmp_path, TUNNEL, "127.0.0.22") as tunnel:
+        port, metrics_port = free_port("127.0.0.1"), free_port("127.0.0.1")
+        conf.write_text(corefile(cluster.target, tunnel.target).replace(
+            "errors\n", f"errors\n    prometheus 127.0.0.1:{metrics_port}\n", 1) if metrics else
+            corefile(cluster.target, tunnel.target))
+        with (tmp_path / "out.log").open("wb") as out:
+            process = subprocess.Popen([sys.executable, "-c", code, str(loaded_file), "serve", "-conf",
+                                        str(conf), "-dns.port", str(port)], stdout=out,
+                                       stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        try:
+            poll_until("splitdns serve to listen", 10.0,
+                       lambda: True if "splitdns-" in (tmp_path / "out.log").read_text() else None)
+            for name in ("www.example.com", "db.svc.acme.internal") * 2:  # a miss, then a hit
+                assert dig(name, server="127.0.0.1", port=port).status == "NOERROR"
+        finally:
+            stop(process)
+    loaded = set(loaded_file.read_text().split())
+    assert "splitdns.shell.server" in loaded  # it did serve
+    assert not {m for m in loaded for heavy in NOT_FOR_SERVING if m == heavy or m.startswith(heavy + ".")}

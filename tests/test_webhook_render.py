@@ -160,3 +160,14 @@ def test_the_rendered_arguments_run_a_webhook_with_the_announced_settings() -> N
     (status,) = [op["value"] for op in ops if op["path"] == "/metadata/annotations"]
     assert json.loads(status[inject.STATUS])["settings"] == template["metadata"]["annotations"][
         "splitdns.dev/settings"]
+
+
+def test_the_webhook_runs_from_the_tools_image_and_injects_the_resolver_image(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main([*ARGS, "--image", "registry.example.com/team/splitdns:1.2.3"]) == 0
+    deployment = next(d for d in yaml.safe_load_all(capsys.readouterr().out)
+                      if d and d["kind"] == "Deployment")
+    webhook_container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert webhook_container["image"] == "registry.example.com/team/splitdns-tools:1.2.3"
+    flags = webhook_container["args"]
+    assert flags[flags.index("--image") + 1] == "registry.example.com/team/splitdns:1.2.3"

@@ -1,11 +1,11 @@
-"""Print the requirements the container image installs, one per line, from pyproject.toml.
+"""Print the requirements a container image installs, one per line, from pyproject.toml.
 
-The image only serves (`serve`, `verify`, `openvpn-hook`, `wireguard-shim`, the admission webhook):
-it takes the project's dependencies less those only `render`/`check`/`explain` import, plus every
-extra except the developer ones; both lists are `[tool.splitdns.image]` in pyproject.toml. Run by the
-Dockerfile's build stage (plain Python 3.11, no third-party module) and by the tests.
+The resolver image (`--resolver`) takes only the dependencies `splitdns serve` imports, the ones
+`[tool.splitdns.image] resolver` names (not uvloop: README.md, "The images", says why). The tools
+image takes every dependency and every extra but the developer ones (`without-extras`). Run by
+the Dockerfile's build stage (plain Python 3.11, no third-party module) and by the tests.
 
-    python tools/image_requirements.py [pyproject.toml]
+    python tools/image_requirements.py [--resolver] [pyproject.toml]
 """
 
 from __future__ import annotations
@@ -22,22 +22,27 @@ def name_of(requirement: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def image_requirements(pyproject: dict[str, object]) -> list[str]:
+def image_requirements(pyproject: dict[str, object], resolver: bool = False) -> list[str]:
     project = pyproject["project"]
     image = pyproject["tool"]["splitdns"]["image"]  # type: ignore[index]
     assert isinstance(project, dict) and isinstance(image, dict)
-    left_out = {name_of(n) for n in image["without"]}
+    if resolver:
+        wanted = {name_of(n) for n in image["resolver"]}
+        return [r for r in project["dependencies"] if name_of(r) in wanted]
     skipped_extras = set(image["without-extras"])
     chosen = list(project["dependencies"])
     for extra, requirements in project.get("optional-dependencies", {}).items():
         if extra not in skipped_extras:
             chosen += requirements
-    return [r for r in chosen if name_of(r) not in left_out]
+    return chosen
 
 
 def main(argv: list[str]) -> int:
-    path = Path(argv[1] if len(argv) > 1 else "pyproject.toml")
-    for requirement in image_requirements(tomllib.loads(path.read_text(encoding="utf-8"))):
+    args = argv[1:]
+    resolver = "--resolver" in args
+    paths = [a for a in args if a != "--resolver"]
+    path = Path(paths[0] if paths else "pyproject.toml")
+    for requirement in image_requirements(tomllib.loads(path.read_text(encoding="utf-8")), resolver):
         print(requirement)
     return 0
 

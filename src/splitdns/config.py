@@ -8,7 +8,6 @@ Tests: tests/test_config.py, tests/test_coredns_parity.py.
 from __future__ import annotations
 
 import contextlib
-import difflib
 import functools
 import ipaddress
 from collections.abc import Mapping
@@ -230,6 +229,8 @@ def near_miss(name: str,
     """The known directive a misspelt one most likely meant (`erors` -> `errors`), or None."""
     if len(name) > 2 * max(map(len, known), default=0):
         return None  # no typo of a known name; and difflib's time grows with the word's length
+    import difflib  # only for a typo: serving does not load it
+
     found = difflib.get_close_matches(name.lower(), known, n=1, cutoff=0.75)
     return found[0] if found else None
 

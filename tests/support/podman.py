@@ -198,19 +198,21 @@ class Engine:
         return subprocess.run(["podman", *args], capture_output=True, text=True, timeout=60, env=self.env,
                               stdin=subprocess.DEVNULL)
 
-    def build(self, context: Path, tag: str, timing: Timing) -> None:
-        """Import the Debian-made base and build `context`'s Dockerfile on it as `tag`."""
+    def build(self, context: Path, tag: str, timing: Timing, target: str | None = None) -> None:
+        """Import the Debian-made base (once) and build `context`'s Dockerfile on it as `tag`, up to
+        the stage `target` if given. Layers are kept, so a second target reuses the stages both share."""
         base = "localhost/splitdns-base:" + base_key()
-        tar = base_tarball(timing)
+        if self.popen("image", "exists", base).returncode != 0:
+            tar = base_tarball(timing)
+            t0 = time.monotonic()
+            self.podman("import", "--quiet", str(tar), base, timeout=300)
+            timing.import_s = time.monotonic() - t0
         t0 = time.monotonic()
-        self.podman("import", "--quiet", str(tar), base, timeout=300)
-        timing.import_s = time.monotonic() - t0
-        t0 = time.monotonic()
-        # --layers=false: one commit per stage, no intermediate images to store.
-        self.podman("build", "--quiet", "--layers=false", "--pull=never", "--network=host",
-                    f"--build-arg=BASE_IMAGE={base}", *pip_config_mounts(), "--tag", tag, str(context),
+        self.podman("build", "--quiet", "--layers=true", "--pull=never", "--network=host",
+                    f"--build-arg=BASE_IMAGE={base}", *pip_config_mounts(),
+                    *([f"--target={target}"] if target else []), "--tag", tag, str(context),
                     timeout=BUILD_TIMEOUT)
-        timing.build_s = time.monotonic() - t0
+        timing.build_s += time.monotonic() - t0
 
     def inspect(self, image: str) -> dict[str, object]:
         data = json.loads(self.podman("image", "inspect", image))

@@ -143,8 +143,9 @@ RUNNERS: dict[str, Callable[[argparse.Namespace], int]] = {
 # Modules only some commands import, and how to get them: their absence is the install's, not a bug.
 _WEBHOOK_EXTRA = "the `webhook` extra: pip install 'splitdns[webhook]'"
 _TOP_EXTRA = "the `top` extra: pip install 'splitdns[top]'"
-_KUBE_TOOLS = ("render, check, explain, inject and doctor's dependencies, which the container image "
-               "leaves out: run them where splitdns is installed with pip (pip install splitdns)")
+_KUBE_TOOLS = ("render, check, explain, inject and doctor's dependencies, which the resolver image "
+               "leaves out: run them from the tools image (REGISTRY/splitdns-tools, the Dockerfile's "
+               "tools target) or where splitdns is installed with pip (pip install splitdns)")
 OPTIONAL_MODULES = {
     "aiohttp": _WEBHOOK_EXTRA, "jsonpatch": _WEBHOOK_EXTRA, "rich": _TOP_EXTRA,
     "yaml": _KUBE_TOOLS, "kubernetes_validate": _KUBE_TOOLS, "lightkube": _KUBE_TOOLS,

@@ -6,7 +6,6 @@ Tests: tests/test_cli.py.
 from __future__ import annotations
 
 import argparse
-import difflib
 import re
 import textwrap
 from typing import Any
@@ -56,6 +55,8 @@ class Parser(argparse.ArgumentParser):
     def _check_value(self, action: argparse.Action, value: Any) -> None:
         # argparse's own check, plus the likely choice.
         if action.choices is not None and value not in action.choices:
+            import difflib  # only for a typo: `serve` does not load it to start
+
             choices = [str(c) for c in action.choices]
             guess = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
             hint = f"; did you mean {guess[0]}?" if guess else ""
@@ -69,6 +70,8 @@ def reject_unrecognized(parser: argparse.ArgumentParser, command: str, unknown: 
     subs = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
     sub: argparse.ArgumentParser = subs.choices[command]
     flags = [flag for action in sub._actions for flag in action.option_strings]
+    import difflib  # only for a typo: `serve` does not load it to start
+
     words = []
     for word in unknown:
         guess = difflib.get_close_matches(word.split("=")[0], flags, n=1, cutoff=0.75) \

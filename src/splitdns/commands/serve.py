@@ -5,7 +5,6 @@ Tests: tests/test_serve.py, tests/test_first_commands.py.
 
 from __future__ import annotations
 
-import asyncio
 import ctypes
 import errno
 import gc
@@ -13,12 +12,14 @@ import os
 import re
 from collections.abc import Coroutine
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from splitdns import __version__, config, corefile
 from splitdns.errors import ConfigError
-from splitdns.shell import logs
-from splitdns.shell.lifecycle import Runtime
-from splitdns.shell.server import Server
+from splitdns.shell import event_loop, logs
+
+if TYPE_CHECKING:
+    import asyncio
 
 EXIT_OK, EXIT_START, EXIT_CONFIG = 0, 1, 2
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
@@ -46,6 +47,7 @@ def run(path: str, port: int | None) -> int:
     if port is not None and config.ports_named(blocks):
         logs.warning(f"-dns.port {port} changes nothing: every server key of {path} names its own port "
                   f"({', '.join(sorted({str(b.port) for b in loaded.blocks}))}), as in CoreDNS")
+    event_loop.load(loaded)  # before the modules that import asyncio
     return run_loop(serve(loaded, path, config.DEFAULT_PORT if port is None else port))
 
 
@@ -76,6 +78,7 @@ def run_from_env(name: str, port: int | None) -> int:
     except ConfigError as err:
         logs.error(str(err))
         return EXIT_CONFIG
+    event_loop.load(loaded)  # before the modules that import asyncio
     return run_loop(serve(loaded, None, port))
 
 
@@ -98,6 +101,8 @@ def start_error(err: OSError, elsewhere: str = SERVE_ELSEWHERE) -> str:
 def run_loop(main: Coroutine[object, object, int]) -> int:
     """Run a coroutine on uvloop when it is installed (a default dependency on Linux and macOS
     CPython), else on the stock asyncio loop."""
+    import asyncio
+
     try:
         import uvloop
     except ImportError:
@@ -122,6 +127,11 @@ def pin_mmap_threshold() -> bool:
 
 
 async def serve(loaded: config.Config, path: str | None, port: int = config.DEFAULT_PORT) -> int:
+    import asyncio
+
+    from splitdns.shell.lifecycle import Runtime
+    from splitdns.shell.server import Server
+
     pin_mmap_threshold()
     runtime = Runtime(Server(loaded), path, port)
     try:

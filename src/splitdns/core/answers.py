@@ -9,13 +9,15 @@ Tests: tests/test_cache.py, tests/test_properties.py.
 
 from __future__ import annotations
 
-import dns.exception
+from typing import TYPE_CHECKING
+
 import dns.flags
-import dns.message
-import dns.name
 import dns.rdataclass
 import dns.rdatatype
-import dns.rrset
+
+if TYPE_CHECKING:
+    import dns.name
+    import dns.rrset
 
 _YEAR68 = 1 << 31  # RFC 4034 3.1.5: signature times are serial numbers (RFC 1982), modulo 2**32
 
@@ -23,6 +25,11 @@ _YEAR68 = 1 << 31  # RFC 4034 3.1.5: signature times are serial numbers (RFC 198
 def judge(data: bytes, wall: float) -> tuple[bool, bool]:
     """(whether the answer reaches the asked type, whether an RRSIG of a DO reply has expired
     or is not yet valid). Unreadable by dnspython: neither answers nor is judged expired."""
+    # Here, not above: dnspython's parser and its name module weigh about 5 MiB of RSS that a
+    # resolver whose replies are all plain never pays.
+    import dns.exception
+    import dns.message
+
     try:
         msg = dns.message.from_wire(data, one_rr_per_rrset=True)  # two CNAMEs at one owner stay two
     except dns.exception.DNSException:

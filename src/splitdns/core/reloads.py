@@ -10,6 +10,38 @@ Tests: tests/test_reloads.py.
 
 from __future__ import annotations
 
+import json
+from typing import TYPE_CHECKING
+
+from splitdns import corefile
+
+# hashlib's own SHA-512, without the OpenSSL libcrypto that importing hashlib loads (about 4 MiB
+# of RSS, for digests the resolver never asks for).
+if TYPE_CHECKING:
+    from hashlib import sha512
+else:
+    try:
+        from _sha512 import sha512
+    except ImportError:  # a Python built without it
+        from hashlib import sha512
+
+
+def digest(blocks: list[corefile.ServerBlock]) -> str:
+    """SHA-512 of the parsed blocks, as CoreDNS: comments and spacing do not cause a reload."""
+    def statement(st: corefile.Statement) -> object:
+        return [[t.text for t in st.tokens], [statement(b) for b in st.body or ()]]
+
+    data = [[[k.text for k in b.keys], [statement(d) for d in b.directives]] for b in blocks]
+    return sha512(json.dumps(data).encode()).hexdigest()
+
+
+def fingerprint(text: bytes, error: str) -> str:
+    """A Corefile that does not parse, told apart by its bytes (b"": unreadable) and its error."""
+    data = sha512(error.encode())
+    data.update(text)
+    return data.hexdigest()
+
+
 UNPARSED = "unparsed:"
 
 

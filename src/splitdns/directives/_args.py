@@ -5,7 +5,6 @@ Tests: tests/test_config.py, tests/test_plugins.py.
 
 from __future__ import annotations
 
-import difflib
 import ipaddress
 import re
 import string
@@ -157,8 +156,12 @@ def no_body(st: Statement, usage: str) -> None:
 
 
 def unknown_option(opt: Statement, directive: str, known: tuple[str, ...]) -> ConfigError:
-    guess = difflib.get_close_matches(opt.name.lower(), known, n=1, cutoff=0.75) \
-        if len(opt.name) <= 2 * max(map(len, known), default=0) else []  # difflib's time grows with it
+    if len(opt.name) > 2 * max(map(len, known), default=0):  # difflib's time grows with it
+        guess: list[str] = []
+    else:
+        import difflib  # only for a typo: serving does not load it
+
+        guess = difflib.get_close_matches(opt.name.lower(), known, n=1, cutoff=0.75)
     hint = f" (did you mean `{guess[0]}`?)" if guess else ""
     return ConfigError(
         opt.where,

@@ -14,3 +14,21 @@ USER_ID = 65532
 # arguments read the same file.
 COREFILE_DIR = "/etc/coredns"
 COREFILE = f"{COREFILE_DIR}/Corefile"
+
+# The tools image (the admission webhook; check, render, inject and doctor in a CI job) is the
+# resolver's repository with this suffix, at the same tag: the resolver image holds only what a
+# pod's resolver runs (README.md, "The images").
+TOOLS_SUFFIX = "-tools"
+DEFAULT_TOOLS_IMAGE = f"{REPOSITORY}{TOOLS_SUFFIX}:{__version__}"
+
+
+def tools_image(resolver_image: str) -> str:
+    """The tools image beside a resolver image: REGISTRY/splitdns:TAG -> REGISTRY/splitdns-tools:TAG.
+    A resolver pinned by digest names no tag the tools image shares: its version's tag is used."""
+    name = resolver_image.split("@", 1)[0]
+    slash = name.rfind("/")
+    colon = name.rfind(":")
+    repository, tag = (name[:colon], name[colon + 1:]) if colon > slash else (name, "")
+    if "@" in resolver_image or not tag:
+        tag = __version__
+    return f"{repository}{TOOLS_SUFFIX}:{tag}"

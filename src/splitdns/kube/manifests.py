@@ -102,11 +102,12 @@ def dns_container(plan: Plan, opts: Options) -> Doc:
     container["readinessProbe"] = _probe("/ready", "ready", 5, 2)
     container["livenessProbe"] = _probe("/health", "health", 10, 3)
     # CPU: for the rate the pod is expected to ask (kube.sizing). No CPU limit: a CFS quota
-    # throttles in bursts, which clients see as DNS timeouts. Memory: 29 MiB RSS after 1,000 q/s
-    # of the mix; 97 MiB with a full cache (`limits { cache_memory }`, 64 MB by default, counted at
-    # what an entry costs the process under a flood of new names); the limit leaves room for it
-    # and the queries in flight.
-    container["resources"] = {"requests": {"cpu": cpu_request(opts.expected_qps), "memory": "48Mi"},
+    # throttles in bursts, which clients see as DNS timeouts. Memory: the image's RSS after 1,000
+    # q/s of the mix, a quarter above (kube.sizing); 97 MiB with a full cache (`limits {
+    # cache_memory }`, 64 MB by default, counted at what an entry costs the process under a flood
+    # of new names); the limit leaves room for it and the queries in flight.
+    memory = f"{sizing.dns_memory_request_mib()}Mi"
+    container["resources"] = {"requests": {"cpu": cpu_request(opts.expected_qps), "memory": memory},
                               "limits": {"memory": "128Mi"}}
     container["securityContext"] = {
         "runAsNonRoot": True,

@@ -1,4 +1,4 @@
-"""CPU requests from what `make bench` and bench/webhook.py measured, for a stated rate.
+"""CPU and memory requests from what `make bench` and bench/webhook.py measured, for a stated rate.
 
 Plain numbers and arithmetic, nothing of ours imported: the command line's parser reads the
 defaults for its help, and `splitdns serve` must not pay for the manifests' imports to parse its flags.
@@ -25,6 +25,21 @@ DNS_MILLICORES_PER_1000_QPS = 120
 # own, asks about 80 (A and AAAA, through the search list; mostly cache hits here). 100 q/s gives
 # 15m, where a whole Istio proxy requests 100m and NodeLocal DNSCache 25m for a node.
 TYPICAL_QPS = 100
+
+# The DNS container's memory: the resolver image's RSS at the end of the same 1,000 q/s of the mix
+# (`make bench`, the splitdns-image row: 20.2 MiB; idle 19.8; 2 Dec, one quick round), plus what
+# the first scrape of /metrics adds (prometheus_client and what it imports, loaded then: 19.8 ->
+# 27.8 MiB in the image), since the rendered Corefile serves metrics and a monitored fleet scrapes
+# them. The request is their sum with the same quarter above. RSS hardly follows the rate (the
+# cache does), so one figure serves every --expected-qps; the limit (manifests) is for a full
+# `cache_memory`.
+DNS_RSS_MIB_AT_1000_QPS = 20.2
+METRICS_RSS_MIB = 8.0
+
+
+def dns_memory_request_mib() -> int:
+    return math.ceil(round((DNS_RSS_MIB_AT_1000_QPS + METRICS_RSS_MIB) * HEADROOM, 6))
+
 
 # The webhook: bench/webhook.py measured 0.9-1.9 ms of CPU per review (bench/README.md, "The
 # admission webhook"; the most at 50/s, where each review wakes an idle process): 2 ms.

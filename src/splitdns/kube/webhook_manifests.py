@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from splitdns.kube import inject, manifests, sizing
+from splitdns.kube import image, inject, manifests, sizing
 from splitdns.kube.plan import PlanError
 
 Doc = dict[str, Any]
@@ -79,7 +79,9 @@ def render(settings: inject.Settings, namespace: str,
         "injects the resolver. Needs cert-manager. Apply with `kubectl apply -f FILE`.",
         f"Opt in: label a namespace {inject.NAMESPACE_LABEL}=enabled and the pods {inject.POD_LABEL}=true.",
         "Changing the zones: render again, apply, then restart the workloads (kubectl rollout restart):",
-        "running pods keep the settings they were created with (`splitdns doctor` lists them)."])
+        "running pods keep the settings they were created with (`splitdns doctor` lists them).",
+        f"Images: the webhook runs {image.tools_image(settings.image)} (the Dockerfile's tools target),",
+        f"the pods it injects {settings.image} (its resolver target): push both."])
     return {"splitdns-webhook.yaml": yamlio.dump_all(all_documents(settings, namespace,
                                                                    review_rate=review_rate), header)}
 
@@ -141,7 +143,8 @@ def deployment(settings: inject.Settings, namespace: str, flags: list[str],
     base = manifests.dns_container(settings.plan, manifests.Options(image=settings.image, sidecar="classic"))
     container: Doc = {
         "name": "webhook",
-        "image": settings.image,
+        # The webhook runs from the tools image; the pods it injects get the resolver image.
+        "image": image.tools_image(settings.image),
         "command": ["splitdns", "webhook"],
         "args": args,
         "ports": [{"name": "https", "containerPort": HTTPS_PORT, "protocol": "TCP"},

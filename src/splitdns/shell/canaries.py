@@ -7,7 +7,7 @@ Tests: tests/test_confinement_inprocess.py, tests/test_confinement_lab.py.
 from __future__ import annotations
 
 import asyncio
-import secrets
+import os
 import time
 from collections.abc import Awaitable, Callable, Coroutine
 
@@ -37,7 +37,7 @@ def follow(zone: Zone, before: TunnelState | None, after: TunnelState, ask: Ask,
     if not after.up:
         canary.stopped(after.describe())
     elif confinement.canary_due(before, after):
-        name = confinement.canary_name(zone.name, secrets.token_hex(6))
+        name = confinement.canary_name(zone.name, os.urandom(6).hex())
         spawn(_fly(zone, canary.start(name, after.device), ask, served))
 
 

@@ -12,14 +12,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import hashlib
-import json
 import os
 import random
-import secrets
 import signal
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,13 +26,13 @@ import dns.rdatatype
 from splitdns import config, corefile, directives
 from splitdns.addresses import host_port
 from splitdns.core import confinement, liveness, metrics
-from splitdns.core.reloads import Reloads
+from splitdns.core.reloads import Reloads, digest, fingerprint
 from splitdns.core.routing import Router
 from splitdns.core.tunnel import TunnelState
 from splitdns.core.zone import Zone
 from splitdns.directives import TunnelSpec
 from splitdns.errors import ConfigError
-from splitdns.shell import canaries, http, logs, tunnel_watcher, tunnels
+from splitdns.shell import canaries, event_loop, http, logs, tunnel_watcher, tunnels
 from splitdns.shell.server import Server, spawn_into
 
 PROBE_INTERVAL = 1.0
@@ -55,22 +52,12 @@ STOP, QUIT, RELOAD, IGNORE = "stop", "quit", "reload", "ignore"
 SIGNALS = {signal.SIGTERM: STOP, signal.SIGINT: STOP, signal.SIGQUIT: QUIT, signal.SIGUSR1: RELOAD,
            signal.SIGHUP: IGNORE, signal.SIGUSR2: IGNORE}
 
-
-def digest(blocks: list[corefile.ServerBlock]) -> str:
-    """SHA-512 of the parsed blocks, as CoreDNS: comments and spacing do not cause a reload."""
-    def statement(st: corefile.Statement) -> object:
-        return [[t.text for t in st.tokens], [statement(b) for b in st.body or ()]]
-
-    data = [[[k.text for k in b.keys], [statement(d) for d in b.directives]] for b in blocks]
-    return hashlib.sha512(json.dumps(data).encode()).hexdigest()
-
-
 def _fingerprint(path: str, error: str) -> str:
     """A Corefile that does not parse, told apart by its bytes (when readable) and its error."""
-    data = hashlib.sha512(error.encode())
+    text = b""
     with contextlib.suppress(OSError):
-        data.update(Path(path).read_bytes())
-    return data.hexdigest()
+        text = Path(path).read_bytes()
+    return fingerprint(text, error)
 
 
 @dataclass
@@ -187,6 +174,29 @@ class Runtime:
 
     # -- HTTP endpoints ----------------------------------------------------------------------
 
+    def _scrape_handler(self) -> http.Handler:
+        """/metrics. prometheus_client and our collector are imported at the first scrape, not at
+        start: with the modules its exposition imports (ssl, urllib, http.server) they are about 10
+        MiB of RSS, which a resolver nobody scrapes never pays; the first scrape pays the import."""
+        rendered: list[Callable[[], tuple[str, bytes]]] = []
+
+        def scrape(_: dict[str, list[str]]) -> http.Response:
+            if not rendered:
+                from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+                from splitdns.shell import exposition
+
+                registry = exposition.registry(exposition.ServerCollector(
+                    self._zones_for_metrics, self.process,
+                    lambda: [(f"dns://:{port}", stats) for port, stats in self.server.unrouted.items()],
+                    lambda: self.server.config.ready is not None, self._zone_live,
+                    lambda: not liveness.problems(self.server.zones.values(), None, self.stopping)))
+                rendered.append(lambda: (CONTENT_TYPE_LATEST, generate_latest(registry)))
+            content_type, body = rendered[0]()
+            return 200, content_type, body
+
+        return scrape
+
     async def _open_endpoints(self) -> None:
         cfg = self.server.config
         routes: dict[tuple[str, int], dict[str, http.Handler]] = {}
@@ -196,19 +206,7 @@ class Runtime:
         if cfg.ready is not None:
             routes.setdefault((cfg.ready.host, cfg.ready.port), {})["/ready"] = self._ready
         if cfg.prometheus:
-            from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-
-            from splitdns.shell import exposition
-
-            registry = exposition.registry(exposition.ServerCollector(
-                self._zones_for_metrics, self.process,
-                lambda: [(f"dns://:{port}", stats) for port, stats in self.server.unrouted.items()],
-                lambda: self.server.config.ready is not None, self._zone_live,
-                lambda: not liveness.problems(self.server.zones.values(), None, self.stopping)))
-
-            def scrape(_: dict[str, list[str]]) -> http.Response:
-                return 200, CONTENT_TYPE_LATEST, generate_latest(registry)
-
+            scrape = self._scrape_handler()
             for ep in cfg.prometheus:
                 routes.setdefault((ep.host, ep.port), {})["/metrics"] = scrape
         for (host, port), table in routes.items():
@@ -288,7 +286,7 @@ class Runtime:
     async def _loop_probe(self, zone: Zone) -> None:
         """Ask the probes the zone's loop guard says to ask (core/loop.py), PROBE_INTERVAL apart."""
         probing = zone.loop.probing()
-        while (name := probing.next(secrets.token_hex(6), secrets.token_hex(6))) is not None:
+        while (name := probing.next(os.urandom(6).hex(), os.urandom(6).hex())) is not None:  # token_hex
             answered = False
             try:
                 done = await self.server.ask_upstreams(zone, name, dns.rdatatype.HINFO)
@@ -333,6 +331,7 @@ class Runtime:
             if not reloads.changed(digest(blocks)):
                 return False
             new = config.build(blocks, self.path, self.default_port)
+            event_loop.check_reload(new)
             await self.server.swap(new)
         except (ConfigError, OSError) as err:
             reloads.refused()

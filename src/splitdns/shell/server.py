@@ -13,7 +13,6 @@ import asyncio
 import errno
 import os
 import random
-import secrets
 import socket
 import time
 from collections.abc import Callable, Coroutine
@@ -44,7 +43,7 @@ UDP_RECEIVE_BUFFER = 4 * 1024 * 1024
 class Server:
     config: Config
     clock: Callable[[], float] = time.monotonic
-    rng: random.Random = field(default_factory=lambda: random.Random(secrets.randbits(64)))
+    rng: random.Random = field(default_factory=lambda: random.Random(random.SystemRandom().getrandbits(64)))
     counters: upstream.Counters = field(default_factory=upstream.Counters)
     query_ids: Callable[[], int] = field(default_factory=upstream.QueryIds)
     listeners: list[Listener] = field(default_factory=list)

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import fcntl
 import os
-import secrets
+import random
 import socket
 import struct
 import time
@@ -38,6 +38,9 @@ MAX_FILE = 65536
 _ROOT_NS = wire.question_query(b"\x00", dns.rdatatype.NS)
 
 Stamp = tuple[int, int, int] | None
+
+# secrets.randbits's source, without importing secrets (whose hmac loads OpenSSL's libcrypto).
+_RANDOM = random.SystemRandom()
 
 
 class Watcher(tunnel_watcher.Watcher):
@@ -126,7 +129,7 @@ class Watcher(tunnel_watcher.Watcher):
         self._poked = now
         host, port = self.state.pushed.servers[0]
         # `. NS`, recursion desired: any DNS server answers it, and the answer is not awaited.
-        query = wire.upstream_query(_ROOT_NS, secrets.randbits(16), health_probe=True)
+        query = wire.upstream_query(_ROOT_NS, _RANDOM.getrandbits(16), health_probe=True)
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         with contextlib.suppress(OSError), socket.socket(family, socket.SOCK_DGRAM) as s:
             s.setblocking(False)
