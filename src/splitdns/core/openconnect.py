@@ -140,4 +140,5 @@ def state_of(seen: Seen) -> TunnelState:
     if seen.link is False:
         return TunnelState(DOWN, f"interface {seen.interface} is gone or down (openconnect stopped "
                                  "without disconnecting: the VPN container died?)", pushed)
-    return TunnelState(UP, f"openconnect {recorded.reason}ed ({recorded.tundev or 'tun'})", pushed)
+    return TunnelState(UP, f"openconnect {recorded.reason}ed ({recorded.tundev or 'tun'})", pushed,
+                       seen.interface)

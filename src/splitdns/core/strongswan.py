@@ -82,4 +82,4 @@ def state_of(seen: Seen, domains: tuple[str, ...] = ()) -> TunnelState:
     if seen.written_under is not None and seen.written_under != seen.ifindex:
         return TunnelState(DOWN, f"{seen.path} was written before charon last started (interface "
                                  f"{seen.interface} is new): no IKE SA has handed DNS since", pushed)
-    return TunnelState(UP, f"an IKE SA handed DNS ({seen.interface})", pushed)
+    return TunnelState(UP, f"an IKE SA handed DNS ({seen.interface})", pushed, seen.interface)
