@@ -90,7 +90,9 @@ class Sidecar:
     prepare: Callable[[Doc, bool, bool], str | None]  # (spec, injected before, wanted) -> why not
     add: Callable[[Doc, Doc, str, str, str, str], None]  # spec, resolver, image, vpn image, secret, sidecar
     patched: Callable[[list[Doc]], None]              # render's patch: the containers, to adjust
-    replacement: Callable[[str, str], Doc]            # render's component: (deployment, containers key)
+    # render's component: (deployment, containers key) -> a kustomize replacement for the sidecar's
+    # sysctls; None: it needs none.
+    replacement: Callable[[str, str], Doc] | None = None
 
 
 def _nothing_to_say(*_: object) -> str:
