@@ -1,24 +1,34 @@
-"""A real OpenConnect tunnel (ocserv and openconnect) in the namespace lab, and our vpnc-script.
+"""A real OpenConnect tunnel (ocserv and openconnect) in the namespace lab, our vpnc-script,
+and the pod's resolver following it (`openconnect { state FILE; domains }`).
 
 The pod runs a stock openconnect with our hook as its `--script`: the tunnel comes up, the
 corp DNS answers through it (dig from the pod, seen at the corp DNS as the gateway's SNAT
-address), the hook records what ocserv pushed and leaves the pod's resolv.conf alone, and
-goes down with the state file removed at `disconnect`. Figures are printed (run with -s).
+address), the hook records what ocserv pushed and leaves the pod's resolv.conf alone. The
+resolver answers both zones; openconnect disconnecting (state file removed) or dying (the tun
+device goes) makes the tunnel zone fail fast with the cluster zone untouched, and it answers
+again when openconnect is back, with no restart. Figures are printed (run with -s).
 """
 
 from __future__ import annotations
 
+import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import dns.edns
+import dns.exception
+import dns.message
+import dns.query
+import dns.rcode
 import pytest
 
 from splitdns.core import openconnect as oc
 from tests.lab import Lab, configs
 from tests.lab.fixtures import lab_session, require_lab
-from tests.lab.netns import ns_run, wait_for
+from tests.lab.netns import ns_run, socket_in, wait_for
 from tests.lab.openconnect import OpenConnectLab, missing_prerequisite
 from tests.support.prerequisites import skip_or_fail
+from tests.test_openvpn_lab import ask, fresh
 
 pytestmark = pytest.mark.netns
 
@@ -45,6 +55,68 @@ def dig_corp(lab: Lab, name: str = configs.DB_NAME) -> str:
     return out.stdout.strip()
 
 
+def probe(lab: Lab, timeout: float = 0.1) -> tuple[int, str, list[str]] | None:
+    """A fresh tunnel-zone name asked from this process through a socket in the pod (no
+    interpreter to start, so times are measured to ~10 ms; a query that went to a dead tunnel
+    costs `timeout`): rcode, EDE text, addresses; None on no answer."""
+    query = dns.message.make_query(fresh(configs.PRIVATE_ZONE)[0], "A", use_edns=0)
+    with socket_in(lab.pod) as sock:
+        sock.setblocking(False)
+        try:
+            reply = dns.query.udp(query, "127.0.0.1", timeout=timeout, sock=sock)
+        except dns.exception.Timeout:
+            return None
+    ede = " ".join(o.text or "" for o in reply.options if isinstance(o, dns.edns.EDEOption))
+    return reply.rcode(), ede, [rr.to_text() for rrset in reply.answer for rr in rrset]
+
+
+def servfail(lab: Lab) -> dict[str, str] | None:
+    got = probe(lab)
+    return {"ede": got[1]} if got is not None and got[0] == dns.rcode.SERVFAIL else None
+
+
+def answered(lab: Lab) -> bool | None:
+    got = probe(lab)
+    return True if got is not None and got[2] == [configs.CORP_WILDCARD_IP] else None
+
+
+def fails_fast(lab: Lab, cut: Callable[[], None], what: str, reason: str) -> float:
+    """Cut the tunnel; wait for the zone's SERVFAIL naming `reason`; then 30 fresh names of each
+    zone: the tunnel zone fails fast, the cluster zone answers as before. Prints the figures,
+    returns how long the resolver took to notice (ms, from the start of the cut: a SIGTERM'd
+    client's goodbye, or a SIGKILL'd one's device going, is part of it)."""
+    baseline = ask(lab, *fresh("default.svc.cluster.local", 30))
+    began = time.monotonic()
+    cut()
+    cut_at = time.monotonic()
+    first = wait_for(lambda: servfail(lab), what="fail-fast", timeout=10, interval=0.01)
+    noticed = 1000 * (time.monotonic() - began)
+    down = ask(lab, *fresh(configs.PRIVATE_ZONE, 30))
+    during = ask(lab, *fresh("default.svc.cluster.local", 30))
+    tunnel_ms = [float(r["ms"]) for r in down]  # type: ignore[arg-type]
+    cluster_ms = [float(r["ms"]) for r in during]  # type: ignore[arg-type]
+    base_ms = [float(r["ms"]) for r in baseline]  # type: ignore[arg-type]
+    after = noticed - 1000 * (cut_at - began)
+    print(f"\n{what}: noticed {noticed:.0f} ms after the cut began ({after:.0f} ms after it was "
+          f"done); tunnel-zone SERVFAIL median "
+          f"{statistics.median(tunnel_ms):.2f} ms, max {max(tunnel_ms):.2f} ms; cluster zone median "
+          f"{statistics.median(base_ms):.2f} -> {statistics.median(cluster_ms):.2f} ms")
+    assert reason in str(first["ede"]), first
+    assert all(r["rcode"] == "SERVFAIL" and "the tunnel is down" in str(r["ede"]) for r in down), down
+    assert max(tunnel_ms) < 500
+    assert all(r["rcode"] == "NXDOMAIN" for r in during) and max(cluster_ms) < 500
+    return noticed
+
+
+def comes_back(lab: Lab, restore: Callable[[], None], what: str) -> None:
+    resolver_pid = lab.procs["resolver"].pid
+    restore()
+    back_at = time.monotonic()
+    wait_for(lambda: answered(lab), what=f"the zone after {what}", timeout=10, interval=0.01)
+    print(f"{what}: the zone answered {1000 * (time.monotonic() - back_at):.0f} ms after")
+    assert lab.procs["resolver"].pid == resolver_pid  # no restart
+
+
 def test_the_corp_dns_answers_the_pod_through_the_openconnect_tunnel(lab: OpenConnectLab) -> None:
     assert dig_corp(lab) == configs.DB_IP
     # Through the tunnel and the gateway's SNAT (the corp DNS sees the gateway's address).
@@ -53,6 +125,12 @@ def test_the_corp_dns_answers_the_pod_through_the_openconnect_tunnel(lab: OpenCo
     assert f"dev {lab.iface}" in routes, routes  # the split-include route, set by the stock vpnc-script
     tcp = lab.tcp_connect(configs.DB_NAME, configs.DB_PORT)
     assert tcp.ok, tcp.detail
+
+
+def test_the_resolver_answers_both_zones_following_openconnect(lab: OpenConnectLab) -> None:
+    assert lab.dig_short(configs.KUBERNETES_NAME) == configs.KUBERNETES_IP
+    assert lab.dig_short(configs.DB_NAME) == configs.DB_IP
+    assert lab.dig_short(configs.CATCHALL_NAME) == configs.CATCHALL_IP
 
 
 def test_the_hook_records_what_ocserv_pushed_and_leaves_resolv_conf_alone(lab: OpenConnectLab) -> None:
@@ -80,3 +158,15 @@ def test_openconnect_stopping_removes_the_state_and_the_tunnel_then_it_comes_bac
     print(f"openconnect started: state file written {1000 * (time.monotonic() - started):.0f} ms "
           "after")
     wait_for(lambda: True if dig_corp(lab) == configs.DB_IP else None, what="the corp DNS again", timeout=5)
+
+
+def test_openconnect_disconnecting_fails_fast_and_connecting_again_answers(lab: OpenConnectLab) -> None:
+    fails_fast(lab, lab.stop_vpn_client, "openconnect disconnected (SIGTERM)", "no state file at")
+    comes_back(lab, lab.start_vpn_client, "openconnect connected again")
+
+
+def test_the_vpn_container_dying_is_noticed_from_the_tun_device(lab: OpenConnectLab) -> None:
+    """SIGKILL: no `disconnect` runs, the state file stays; the device going is what tells."""
+    fails_fast(lab, lab.kill_vpn_client, "openconnect killed", f"interface {lab.iface} is gone or down")
+    assert lab.state_file.exists()
+    comes_back(lab, lab.start_vpn_client, "openconnect restarted")

@@ -1,11 +1,15 @@
-"""A real strongSwan IPsec tunnel (two charons, kernel-libipsec, PSK) in the namespace lab.
+"""A real strongSwan IPsec tunnel (two charons, kernel-libipsec, PSK) in the namespace lab,
+and the pod's resolver following it (`strongswan { resolve FILE }`).
 
 The gateway's charon hands the pod's a virtual IP, the corp DNS and (RFC 8598) the split
 domain; the pod's `resolve` plugin writes the name server to a file in the shared volume,
 never to resolv.conf. The corp DNS answers the pod through the tunnel (seen at the corp DNS
 as the gateway's SNAT address); the IKE SA going (swanctl --terminate) takes the name server
 out of the file and the route with it; charon dying leaves the file but takes the tun device.
-Figures are printed (run with -s).
+The resolver answers both zones; each of those makes the tunnel zone fail fast with the
+cluster zone untouched, a charon restarted over the old file is not trusted before an IKE SA
+writes it again, and the zone answers once it does, with no restart. Figures are printed (run
+with -s).
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from tests.lab.fixtures import lab_session, require_lab
 from tests.lab.netns import ns_run, wait_for
 from tests.lab.strongswan import TUN, StrongSwanLab, missing_prerequisite
 from tests.support.prerequisites import skip_or_fail
-from tests.test_openconnect_lab import dig_corp
+from tests.test_openconnect_lab import comes_back, dig_corp, fails_fast, servfail
 
 pytestmark = pytest.mark.netns
 
@@ -48,6 +52,12 @@ def test_the_corp_dns_answers_the_pod_through_the_ipsec_tunnel(lab: StrongSwanLa
     assert f"dev {TUN}" in routes, routes  # charon's route into libipsec's tun device
     tcp = lab.tcp_connect(configs.DB_NAME, configs.DB_PORT)
     assert tcp.ok, tcp.detail
+
+
+def test_the_resolver_answers_both_zones_following_strongswan(lab: StrongSwanLab) -> None:
+    assert lab.dig_short(configs.KUBERNETES_NAME) == configs.KUBERNETES_IP
+    assert lab.dig_short(configs.DB_NAME) == configs.DB_IP
+    assert lab.dig_short(configs.CATCHALL_NAME) == configs.CATCHALL_IP
 
 
 def test_the_resolve_plugin_writes_the_pushed_server_to_the_shared_file_only(lab: StrongSwanLab) -> None:
@@ -80,3 +90,18 @@ def test_charon_dying_leaves_the_file_but_takes_the_tun_device(lab: StrongSwanLa
     assert ss.nameservers(lab.resolve_file.read_text(), "f") == (configs.CORP_DNS_IP,)  # stale
     lab.start_vpn_client()  # the container restarts
     assert dig_corp(lab) == configs.DB_IP
+
+
+def test_the_ike_sa_going_fails_fast_and_a_new_one_answers(lab: StrongSwanLab) -> None:
+    fails_fast(lab, lab.terminate, "IKE SA terminated", "lists no name server: no IKE SA with DNS is up")
+    comes_back(lab, lab.initiate, "IKE SA initiated again")
+
+
+def test_charon_dying_fails_fast_and_a_new_charon_is_trusted_once_its_sa_writes(
+        lab: StrongSwanLab) -> None:
+    fails_fast(lab, lab.kill_vpn_client, "charon killed", f"interface {TUN} is gone or down")
+    lab.start_charon()  # the container restarts; its SA is not up yet
+    stale = wait_for(lambda: next((r for r in [servfail(lab)] if r and "was written before" in r["ede"]),
+                                  None), what="the old file to read as stale", timeout=5)
+    assert "no IKE SA has handed DNS since" in stale["ede"]
+    comes_back(lab, lab.initiate, "IKE SA of the new charon")

@@ -85,6 +85,25 @@ route = 192.168.240.0/255.255.255.0
 """
 
 
+def corefile(state_file: Path) -> str:
+    """The scenario's split, the private zone following the pod's OpenConnect tunnel."""
+    return f"""\
+.:53 {{
+    errors
+    cache 30
+    forward . {c.CLUSTER_DNS_IP}
+}}
+{c.PRIVATE_ZONE}:53 {{
+    errors
+    cache 30
+    openconnect {{
+        state {state_file}
+        domains
+    }}
+}}
+"""
+
+
 def spki_pin(cert: Path) -> str:
     """openconnect's `pin-sha256:` of a certificate: the SHA-256 of its public key (DER)."""
     pem = run(["openssl", "x509", "-in", str(cert), "-pubkey", "-noout"])
@@ -163,7 +182,8 @@ class OpenConnectLab(Lab):
         (Path("/etc/netns") / pod).mkdir(parents=True, exist_ok=True)
         self._record(etc_netns=[pod])
         (Path("/etc/netns") / pod / "resolv.conf").write_text(spec.resolv_conf)
-        self.corefile.write_text(spec.corefile)
+        self.corefile.write_text(spec.corefile if spec.corefile != c.SCENARIO_COREFILE
+                                 else corefile(self.state_file))
         self._start_resolver()
         self.start_vpn_client()
         wait_resolver(self.procs["resolver"], pod, tunnel_zone=spec.tunnel_zone_works)

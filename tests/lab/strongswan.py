@@ -175,6 +175,25 @@ secrets {{
 """
 
 
+def corefile(resolve_file: Path) -> str:
+    """The scenario's split, the private zone following the pod's IPsec tunnel."""
+    return f"""\
+.:53 {{
+    errors
+    cache 30
+    forward . {c.CLUSTER_DNS_IP}
+}}
+{c.PRIVATE_ZONE}:53 {{
+    errors
+    cache 30
+    strongswan {{
+        resolve {resolve_file}
+        interface {TUN}
+    }}
+}}
+"""
+
+
 class StrongSwanLab(Lab):
     """`Lab` with the tunnel made by two charons (kernel-libipsec), PSK authenticated."""
 
@@ -243,15 +262,20 @@ class StrongSwanLab(Lab):
         (Path("/etc/netns") / pod).mkdir(parents=True, exist_ok=True)
         self._record(etc_netns=[pod])
         (Path("/etc/netns") / pod / "resolv.conf").write_text(spec.resolv_conf)
-        self.corefile.write_text(spec.corefile)
+        self.corefile.write_text(spec.corefile if spec.corefile != c.SCENARIO_COREFILE
+                                 else corefile(self.resolve_file))
         self._start_resolver()
         self.start_vpn_client()
         wait_resolver(self.procs["resolver"], pod, tunnel_zone=spec.tunnel_zone_works)
 
     def start_vpn_client(self) -> None:
         """The client's charon, then `swanctl --initiate`; returns once the DNS is recorded."""
-        self._charon("pod", "pod", client_swanctl())
+        self.start_charon()
         self.initiate()
+
+    def start_charon(self) -> None:
+        """The client's charon with its connection loaded, no SA initiated yet."""
+        self._charon("pod", "pod", client_swanctl())
 
     def initiate(self) -> None:
         self.swanctl("pod", "--initiate", "--child", "corp", "--timeout", "10")
