@@ -6,7 +6,8 @@ corp DNS answers through it (dig from the pod, seen at the corp DNS as the gatew
 address), the hook records what ocserv pushed and leaves the pod's resolv.conf alone. The
 resolver answers both zones; openconnect disconnecting (state file removed) or dying (the tun
 device goes) makes the tunnel zone fail fast with the cluster zone untouched, and it answers
-again when openconnect is back, with no restart. Figures are printed (run with -s).
+again when openconnect is back, with no restart; `splitdns verify` tells naming from routing.
+Figures are printed (run with -s).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import dns.edns
 import dns.exception
@@ -29,6 +31,7 @@ from tests.lab.netns import ns_run, socket_in, wait_for
 from tests.lab.openconnect import OpenConnectLab, missing_prerequisite
 from tests.support.prerequisites import skip_or_fail
 from tests.test_openvpn_lab import ask, fresh
+from tests.test_verify_lab import verify_in_pod
 
 pytestmark = pytest.mark.netns
 
@@ -177,3 +180,23 @@ def test_the_vpn_container_dying_is_noticed_from_the_tun_device(lab: OpenConnect
     fails_fast(lab, lab.kill_vpn_client, "openconnect killed", f"interface {lab.iface} is gone or down")
     assert lab.state_file.exists()
     comes_back(lab, lab.start_vpn_client, "openconnect restarted")
+
+
+def verify_separates_naming_from_routing(lab: Lab, tmp_path: Path) -> None:
+    """`splitdns verify` in the pod: all good, then (the gateway's SNAT removed) names resolve
+    but connections fail, and it says so."""
+    code, text, _ = verify_in_pod(lab, tmp_path / "healthy")
+    assert code == 0, text
+    lab.set_masquerade(False)
+    try:
+        code, text, data = verify_in_pod(lab, tmp_path / "routing")
+    finally:
+        lab.set_masquerade(True)
+    assert code == 5, text
+    assert "Names resolve, connections fail: this is routing" in text
+    assert data["verdict"]["code"] == "routing"  # type: ignore[index]
+
+
+def test_verify_separates_naming_from_routing_through_openconnect(
+        lab: OpenConnectLab, tmp_path: Path) -> None:
+    verify_separates_naming_from_routing(lab, tmp_path)

@@ -8,14 +8,15 @@ as the gateway's SNAT address); the IKE SA going (swanctl --terminate) takes the
 out of the file and the route with it; charon dying leaves the file but takes the tun device.
 The resolver answers both zones; each of those makes the tunnel zone fail fast with the
 cluster zone untouched, a charon restarted over the old file is not trusted before an IKE SA
-writes it again, and the zone answers once it does, with no restart. Figures are printed (run
-with -s).
+writes it again, and the zone answers once it does, with no restart; `splitdns verify` tells
+naming from routing. Figures are printed (run with -s).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +26,13 @@ from tests.lab.fixtures import lab_session, require_lab
 from tests.lab.netns import ns_run, wait_for
 from tests.lab.strongswan import TUN, StrongSwanLab, missing_prerequisite
 from tests.support.prerequisites import skip_or_fail
-from tests.test_openconnect_lab import comes_back, dig_corp, fails_fast, servfail
+from tests.test_openconnect_lab import (
+    comes_back,
+    dig_corp,
+    fails_fast,
+    servfail,
+    verify_separates_naming_from_routing,
+)
 
 pytestmark = pytest.mark.netns
 
@@ -105,3 +112,7 @@ def test_charon_dying_fails_fast_and_a_new_charon_is_trusted_once_its_sa_writes(
                                   None), what="the old file to read as stale", timeout=5)
     assert "no IKE SA has handed DNS since" in stale["ede"]
     comes_back(lab, lab.initiate, "IKE SA of the new charon")
+
+
+def test_verify_separates_naming_from_routing_through_ipsec(lab: StrongSwanLab, tmp_path: Path) -> None:
+    verify_separates_naming_from_routing(lab, tmp_path)
