@@ -4,10 +4,10 @@ and the pod's resolver following it (`openconnect { state FILE; domains }`).
 The pod runs a stock openconnect with our hook as its `--script`: the tunnel comes up, the
 corp DNS answers through it (dig from the pod, seen at the corp DNS as the gateway's SNAT
 address), the hook records what ocserv pushed and leaves the pod's resolv.conf alone. The
-resolver answers both zones; openconnect disconnecting (state file removed) or dying (the tun
-device goes) makes the tunnel zone fail fast with the cluster zone untouched, and it answers
-again when openconnect is back, with no restart; `splitdns verify` tells naming from routing.
-Figures are printed (run with -s).
+resolver answers both zones; openconnect disconnecting (state file removed), dying (the tun
+device goes) or reconnecting after the gateway died makes the tunnel zone fail fast with the
+cluster zone untouched, and it answers again when openconnect is back, with no restart;
+`splitdns verify` tells naming from routing. Figures are printed (run with -s).
 """
 
 from __future__ import annotations
@@ -180,6 +180,17 @@ def test_the_vpn_container_dying_is_noticed_from_the_tun_device(lab: OpenConnect
     fails_fast(lab, lab.kill_vpn_client, "openconnect killed", f"interface {lab.iface} is gone or down")
     assert lab.state_file.exists()
     comes_back(lab, lab.start_vpn_client, "openconnect restarted")
+
+
+def test_the_gateway_dying_fails_fast_while_openconnect_reconnects(lab: OpenConnectLab) -> None:
+    """The session ends under openconnect: it runs `attempt-reconnect` before each try, and the
+    hook marks the state file so. (A new ocserv rejects the old session's cookie, so the VPN
+    container is restarted to come back, as a crash-looping one would be.)"""
+    fails_fast(lab, lab.stop_vpn_server, "ocserv killed", "openconnect lost the gateway and is reconnecting")
+    assert oc.parse(lab.state_file.read_text(), "state").reason == "attempt-reconnect"
+    lab.kill_vpn_client()
+    lab.start_vpn_server()
+    comes_back(lab, lab.start_vpn_client, "ocserv and openconnect restarted")
 
 
 def verify_separates_naming_from_routing(lab: Lab, tmp_path: Path) -> None:

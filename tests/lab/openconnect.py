@@ -169,8 +169,11 @@ class OpenConnectLab(Lab):
         return f"{c.VPN_SERVER_IP}:{PORT}" in ns_run(vpn, ["ss", "-Htln"])
 
     def stop_vpn_server(self) -> None:
-        """Kill the VPN server outright (a node crash: no goodbye to the client)."""
-        stop_all([self.procs.pop("vpn-server")], grace=0.0)
+        """Kill the VPN server outright (SIGKILL, a node crash: no goodbye to the client; its
+        workers go with it)."""
+        proc = self.procs.pop("vpn-server")
+        signal_proc(proc, signal.SIGKILL)
+        stop_all([proc], grace=1.0)
         self._record()
 
     def _create_pod(self) -> None:
