@@ -112,6 +112,11 @@ def test_charon_dying_fails_fast_and_a_new_charon_is_trusted_once_its_sa_writes(
                                   None), what="the old file to read as stale", timeout=5)
     assert "no IKE SA has handed DNS since" in stale["ede"]
     comes_back(lab, lab.initiate, "IKE SA of the new charon")
+    # The new charon added its line above the dead one's; the SA going takes both out.
+    assert lab.resolve_file.read_text().count("nameserver") == 2
+    lab.terminate()
+    wait_for(lambda: True if lab.resolve_file.read_text() == "" else None, what="an empty file", timeout=5)
+    lab.initiate()
 
 
 def test_verify_separates_naming_from_routing_through_ipsec(lab: StrongSwanLab, tmp_path: Path) -> None:
