@@ -58,6 +58,17 @@ def dig_corp(lab: Lab, name: str = configs.DB_NAME) -> str:
     return out.stdout.strip()
 
 
+CAP_NET_BIND_SERVICE, CAP_NET_ADMIN = 10, 12
+
+
+def capabilities(pid: int) -> int:
+    """The most the process can ever hold: its capability bounding set (/proc/PID/status CapBnd),
+    as a bit mask. (charon drops what it no longer needs once started; the bound stays.)"""
+    status = Path(f"/proc/{pid}/status").read_text().splitlines()
+    line = next(entry for entry in status if entry.startswith("CapBnd:"))
+    return int(line.split()[1], 16)
+
+
 def probe(lab: Lab, timeout: float = 0.1) -> tuple[int, str, list[str]] | None:
     """A fresh tunnel-zone name asked from this process through a socket in the pod (no
     interpreter to start, so times are measured to ~10 ms; a query that went to a dead tunnel
@@ -133,6 +144,8 @@ def test_the_corp_dns_answers_the_pod_through_the_openconnect_tunnel(lab: OpenCo
     assert any(q.client == configs.CORP_GW_IP and q.name == configs.DB_NAME for q in lab.queries("corp"))
     routes = ns_run(lab.pod, ["ip", "route", "show", "192.168.240.0/24"])
     assert f"dev {lab.iface}" in routes, routes  # the split-include route, set by the stock vpnc-script
+    # Up as its container would run it: root, with NET_ADMIN alone (tun device, address, routes).
+    assert capabilities(lab.procs["vpn-client"].pid) == 1 << CAP_NET_ADMIN
     tcp = lab.tcp_connect(configs.DB_NAME, configs.DB_PORT)
     assert tcp.ok, tcp.detail
 

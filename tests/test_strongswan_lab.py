@@ -27,6 +27,9 @@ from tests.lab.netns import ns_run, wait_for
 from tests.lab.strongswan import TUN, StrongSwanLab, missing_prerequisite
 from tests.support.prerequisites import skip_or_fail
 from tests.test_openconnect_lab import (
+    CAP_NET_ADMIN,
+    CAP_NET_BIND_SERVICE,
+    capabilities,
     comes_back,
     dig_corp,
     fails_fast,
@@ -57,6 +60,8 @@ def test_the_corp_dns_answers_the_pod_through_the_ipsec_tunnel(lab: StrongSwanLa
     assert any(q.client == configs.CORP_GW_IP and q.name == configs.DB_NAME for q in lab.queries("corp"))
     routes = ns_run(lab.pod, ["ip", "route", "show", "table", "all", "192.168.240.0/24"])
     assert f"dev {TUN}" in routes, routes  # charon's route into libipsec's tun device
+    # Up as its container would run it: NET_ADMIN (tun, addresses, routes), NET_BIND_SERVICE (500, 4500).
+    assert capabilities(lab.procs["vpn-client"].pid) == 1 << CAP_NET_ADMIN | 1 << CAP_NET_BIND_SERVICE
     tcp = lab.tcp_connect(configs.DB_NAME, configs.DB_PORT)
     assert tcp.ok, tcp.detail
 

@@ -37,6 +37,9 @@ PORT = 443
 USER, PASSWORD = "lab", "lab-password"
 PROGRAMS = ("ocserv", "openconnect")
 VPNC_SCRIPT = Path("/usr/share/vpnc-scripts/vpnc-script")
+# What the VPN container's securityContext grants (capabilities: drop ALL, add NET_ADMIN): the
+# tun device, its address and routes. Root's other capabilities are out of the bounding set.
+CONTAINER_CAPS = ("setpriv", "--bounding-set=-all,+net_admin", "--inh-caps=-all", "--")
 FORWARD_RULES = (["FORWARD", "-i", "vpns+", "-o", "br0", "-s", c.VPN_POOL, "-j", "ACCEPT"],
                  ["FORWARD", "-i", "br0", "-o", "vpns+", "-m", "conntrack", "--ctstate",
                   "ESTABLISHED,RELATED", "-j", "ACCEPT"])  # fmt: skip
@@ -200,7 +203,7 @@ class OpenConnectLab(Lab):
         pin = spki_pin(self.dir / "pki" / "server.crt")
         (self.dir / "password").write_text(PASSWORD + "\n")
         # `exec` with a redirection: the pid the lab signals is openconnect's own.
-        argv = [*self.vpn_env(), "sh", "-c",
+        argv = [*self.vpn_env(), *CONTAINER_CAPS, "sh", "-c",
                 f"exec openconnect --protocol=anyconnect --user={USER} --passwd-on-stdin "
                 f"--non-inter --no-dtls --servercert {pin} --interface {self.iface} "
                 f"--script {self.hook} --reconnect-timeout 30 {c.VPN_SERVER_IP}:{PORT} "

@@ -39,6 +39,9 @@ PSK = "splitdns-lab-psk"
 POOL = "10.8.0.128/26"
 PLUGINS = ("random nonce aes sha1 sha2 hmac kdf gmp pem pkcs1 x509 pubkey kernel-libipsec "
            "kernel-netlink socket-default vici attr resolve")
+# What the VPN container's securityContext grants (capabilities: drop ALL, add NET_ADMIN and
+# NET_BIND_SERVICE): the tun device, addresses and routes; IKE's UDP ports 500 and 4500.
+CONTAINER_CAPS = ("setpriv", "--bounding-set=-all,+net_admin,+net_bind_service", "--inh-caps=-all", "--")
 FORWARD_RULES = (["FORWARD", "-i", TUN, "-o", "br0", "-s", c.VPN_POOL, "-j", "ACCEPT"],
                  ["FORWARD", "-i", "br0", "-o", TUN, "-m", "conntrack", "--ctstate",
                   "ESTABLISHED,RELATED", "-j", "ACCEPT"])  # fmt: skip
@@ -230,7 +233,8 @@ class StrongSwanLab(Lab):
         (self.dir / f"swanctl-{side}.conf").write_text(swanctl)
         (self.dir / f"charon-{side}.vici").unlink(missing_ok=True)
         name = "vpn-server" if side == "gw" else "vpn-client"
-        proc = self._start(name, role, ["env", f"STRONGSWAN_CONF={conf}", CHARON])
+        caps = CONTAINER_CAPS if side == "pod" else ()
+        proc = self._start(name, role, ["env", f"STRONGSWAN_CONF={conf}", *caps, CHARON])
         wait_for(lambda: True if (self.dir / f"charon-{side}.vici").exists() or proc.check_alive() else None,
                  what=f"charon ({side}) to open its vici socket", timeout=10,
                  detail=lambda: self.log_tails())
