@@ -5,8 +5,9 @@ The pod runs a stock openconnect with our hook as its `--script`: the tunnel com
 corp DNS answers through it (dig from the pod, seen at the corp DNS as the gateway's SNAT
 address), the hook records what ocserv pushed and leaves the pod's resolv.conf alone. The
 resolver answers both zones; openconnect disconnecting (state file removed), dying (the tun
-device goes) or reconnecting after the gateway died makes the tunnel zone fail fast with the
-cluster zone untouched, and it answers again when openconnect is back, with no restart;
+device goes) or reconnecting (the gateway died, or a network blip its dead peer detection saw)
+makes the tunnel zone fail fast with the cluster zone untouched, and it answers again when
+openconnect is back or has resumed the session, with no restart;
 `splitdns verify` tells naming from routing. Figures are printed (run with -s).
 """
 
@@ -204,6 +205,23 @@ def test_the_gateway_dying_fails_fast_while_openconnect_reconnects(lab: OpenConn
     lab.kill_vpn_client()
     lab.start_vpn_server()
     comes_back(lab, lab.start_vpn_client, "ocserv and openconnect restarted")
+
+
+def test_a_network_blip_is_noticed_by_dpd_and_the_session_resumes(lab: OpenConnectLab) -> None:
+    """The gateway's TCP port drops everything for a while: openconnect's dead peer detection
+    (ocserv's `dpd = 2`) runs attempt-reconnect, the zone fails fast saying so; once packets
+    flow again openconnect resumes the session (`reconnect`, same cookie) and the zone answers."""
+    vpn, rule = lab.ns("vpn"), ["INPUT", "-p", "tcp", "--dport", "443", "-j", "DROP"]
+    ns_run(vpn, ["iptables", "-I", *rule])
+    try:
+        cut_at = time.monotonic()
+        first = wait_for(lambda: next((r for r in [servfail(lab)] if r and "reconnecting" in r["ede"]), None),
+                         what="openconnect's dead peer detection", timeout=15, interval=0.05)
+        print(f"\nnetwork blip: the zone says openconnect is reconnecting "
+              f"{1000 * (time.monotonic() - cut_at):.0f} ms after (DPD): {first['ede']}")
+    finally:
+        comes_back(lab, lambda: ns_run(vpn, ["iptables", "-D", *rule]), "the network back")
+    assert oc.parse(lab.state_file.read_text(), "state").reason == "reconnect"
 
 
 def verify_separates_naming_from_routing(lab: Lab, tmp_path: Path) -> None:
