@@ -66,8 +66,9 @@ def strongswan_conf(directory: Path, side: str, resolve_file: Path | None) -> st
                # No resolvconf(8), even where one is installed: the file is the interface.
                f"            resolvconf {{\n                path = /nonexistent\n            }}\n"
                f"        }}\n") if resolve_file is not None else ""
+    # The `charon` section, as users write it: charon-systemd falls back to it.
     return f"""\
-charon-systemd {{
+charon {{
     load_modular = no
     load = {PLUGINS}
     install_virtual_ip = yes
