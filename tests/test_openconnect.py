@@ -167,3 +167,15 @@ def test_without_a_stock_vpnc_script_the_hook_says_what_to_install(tmp_path: Pat
     done = hook(tmp_path, "connect", SPLITDNS_VPNC_SCRIPT=str(tmp_path / "absent"))
     assert done.returncode == 1
     assert "install vpnc-scripts, or set SPLITDNS_VPNC_SCRIPT" in done.stderr
+
+
+def test_openconnect_hook_writes_the_script_for_the_vpn_container(tmp_path: Path) -> None:
+    from splitdns import cli
+
+    assert cli.main(["openconnect-hook", str(tmp_path / "bin")]) == 0
+    script = tmp_path / "bin" / "vpnc-script"
+    assert script.read_text() == openconnect_hook.SCRIPT and os.access(script, os.X_OK)
+    assert script.stat().st_mode & 0o005 == 0o005  # the VPN container's user may run it
+    blocked = tmp_path / "file"
+    blocked.write_text("")
+    assert cli.main(["openconnect-hook", str(blocked)]) == 1

@@ -93,6 +93,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     _add_explain(commands)
     _add_openvpn_hook(commands)
     _add_wireguard_shim(commands)
+    _add_openconnect_hook(commands)
     _add_verify(commands)
     _add_inject(commands)
     _add_webhook(commands)
@@ -228,6 +229,20 @@ def _add_wireguard_shim(commands: argparse._SubParsersAction[Parser]) -> None:
                     "/run/splitdns), a volume the resolver reads through `wireguard { resolvconf DIR "
                     "}`. `resolvconf --watch IFACE` in that container copies the last handshakes "
                     "there too, which the resolver cannot read without CAP_NET_ADMIN.")
+    p.add_argument("dir", metavar="DIR",
+                   help="Where to write the script (a volume the VPN container mounts).")
+
+
+def _add_openconnect_hook(commands: argparse._SubParsersAction[Parser]) -> None:
+    p = commands.add_parser(
+        "openconnect-hook", help="Write a vpnc-script for openconnect that hands its DNS to splitdns serve.",
+        description="Write DIR/vpnc-script, a POSIX sh script for openconnect's --script: at connect "
+                    "and reconnect it records the DNS servers, default domain and split-DNS domains "
+                    "the gateway pushed in $SPLITDNS_OPENCONNECT_STATE (default "
+                    "/run/splitdns/openconnect), a file the resolver reads through `openconnect { "
+                    "state FILE }`, and removes it at disconnect. The tun device and routes are set "
+                    "up by the stock vpnc-script ($SPLITDNS_VPNC_SCRIPT, else the usual places), run "
+                    "without the DNS variables, so /etc/resolv.conf is never touched.")
     p.add_argument("dir", metavar="DIR",
                    help="Where to write the script (a volume the VPN container mounts).")
 
