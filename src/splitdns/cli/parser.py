@@ -9,6 +9,7 @@ from splitdns import __version__
 from splitdns.cli.help import Parser
 from splitdns.cli.pod_options import add_vpn
 from splitdns.cli.top import add_top
+from splitdns.cli.vpn_hooks import add_openconnect_hook, add_wireguard_shim
 from splitdns.kube import sizing
 from splitdns.kube.image import COREFILE, DEFAULT_IMAGE
 
@@ -92,8 +93,8 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     _add_render(commands)
     _add_explain(commands)
     _add_openvpn_hook(commands)
-    _add_wireguard_shim(commands)
-    _add_openconnect_hook(commands)
+    add_wireguard_shim(commands)
+    add_openconnect_hook(commands)
     _add_verify(commands)
     _add_inject(commands)
     _add_webhook(commands)
@@ -218,33 +219,6 @@ def _add_openvpn_hook(commands: argparse._SubParsersAction[Parser]) -> None:
                     "as an up or down script, 70 internal error.")
     p.add_argument("--state", required=True, metavar="FILE", help="The state file to write.")
     p.add_argument("openvpn_args", nargs="*", help=argparse.SUPPRESS)
-
-
-def _add_wireguard_shim(commands: argparse._SubParsersAction[Parser]) -> None:
-    p = commands.add_parser(
-        "wireguard-shim", help="Write a resolvconf for wg-quick that hands its DNS to splitdns serve.",
-        description="Write DIR/resolvconf, a POSIX sh script for the WireGuard container's PATH: "
-                    "wg-quick calls it at up with the nameserver and search lines of its DNS = line, "
-                    "and at down; it records them in $SPLITDNS_RESOLVCONF_DIR (default "
-                    "/run/splitdns), a volume the resolver reads through `wireguard { resolvconf DIR "
-                    "}`. `resolvconf --watch IFACE` in that container copies the last handshakes "
-                    "there too, which the resolver cannot read without CAP_NET_ADMIN.")
-    p.add_argument("dir", metavar="DIR",
-                   help="Where to write the script (a volume the VPN container mounts).")
-
-
-def _add_openconnect_hook(commands: argparse._SubParsersAction[Parser]) -> None:
-    p = commands.add_parser(
-        "openconnect-hook", help="Write a vpnc-script for openconnect that hands its DNS to splitdns serve.",
-        description="Write DIR/vpnc-script, a POSIX sh script for openconnect's --script: at connect "
-                    "and reconnect it records the DNS servers, default domain and split-DNS domains "
-                    "the gateway pushed in $SPLITDNS_OPENCONNECT_STATE (default "
-                    "/run/splitdns/openconnect), a file the resolver reads through `openconnect { "
-                    "state FILE }`, and removes it at disconnect. The tun device and routes are set "
-                    "up by the stock vpnc-script ($SPLITDNS_VPNC_SCRIPT, else the usual places), run "
-                    "without the DNS variables, so /etc/resolv.conf is never touched.")
-    p.add_argument("dir", metavar="DIR",
-                   help="Where to write the script (a volume the VPN container mounts).")
 
 
 def _add_verify(commands: argparse._SubParsersAction[Parser]) -> None:
