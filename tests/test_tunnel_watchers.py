@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from splitdns.core import metrics
 from splitdns.core.tunnel import DOWN, UP, TunnelState
 from splitdns.directives.openconnect import OpenConnectSpec
 from splitdns.directives.strongswan import StrongSwanSpec
@@ -83,3 +84,15 @@ def test_a_strongswan_file_present_at_start_is_trusted_while_its_device_runs(tmp
     assert watcher.look().up  # the real lo: present and up
     assert watcher.look().pushed.domains == ()
 
+
+
+def test_the_metrics_reason_labels_of_the_new_kinds(tmp_path: Path) -> None:
+    oc_watcher = openconnect.Watcher(OpenConnectSpec(str(tmp_path / "oc")), lambda s: None)
+    ss_watcher = strongswan.Watcher(StrongSwanSpec(str(tmp_path / "rc"), "lo"), lambda s: None)
+    label = lambda s: metrics.tunnel_reason(s.status, s.up, s.reason)  # noqa: E731
+    assert label(oc_watcher.look()) == label(ss_watcher.look()) == "no_state"
+    write(tmp_path / "oc", STATE.format(reason="attempt-reconnect", tundev="lo"))
+    assert label(oc_watcher.look()) == "reconnecting"
+    write(tmp_path / "oc", STATE.format(reason="connect", tundev="lo"))
+    write(tmp_path / "rc", "nameserver 192.0.2.1\n")
+    assert label(oc_watcher.look()) == label(ss_watcher.look()) == "connected"
