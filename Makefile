@@ -15,6 +15,11 @@ DEBIAN_PACKAGES := bind9-dnsutils bind9-utils dnsperf nsd unbound dnsmasq-base o
 # WireGuard for the lab, userspace (no kernel module here), without recommends: wireguard-tools
 # recommends a kernel image as the provider of its module.
 WIREGUARD_PACKAGES := wireguard-go wireguard-tools
+# OpenConnect and strongSwan for the labs, without recommends: ocserv and openconnect with the stock
+# vpnc-script; two charon-systemd (no pid file, so two run side by side) loaded by swanctl, with
+# kernel-libipsec (userspace ESP over tun: no kernel XFRM here) from libcharon-extra-plugins; the
+# attr and resolve plugins come with libstrongswan.
+VPN_PACKAGES := ocserv openconnect vpnc-scripts charon-systemd strongswan-swanctl libcharon-extra-plugins
 # What tests/test_image.py builds and runs the image with: podman (runc as its runtime) and
 # mmdebstrap for a base image made from Debian packages. Installed without recommends: podman's
 # (buildah, fuse-overlayfs, slirp4netns, ...) are not used.
@@ -65,6 +70,7 @@ $(VENV)/.installed: pyproject.toml
 deps-debian:
 	$(call apt_missing,$(DEBIAN_PACKAGES))
 	$(call apt_missing,$(WIREGUARD_PACKAGES),--no-install-recommends)
+	$(call apt_missing,$(VPN_PACKAGES),--no-install-recommends)
 	@# A kubectl on PATH for the kubectl-plugin test: Debian's kubernetes-client (1.20), unless one is
 	@# there. (The kustomize Component test needs kubectl >= 1.21: the venv's, from the test extra.)
 	@command -v kubectl >/dev/null 2>&1 || { echo "installing Debian packages: kubernetes-client"; \

@@ -72,7 +72,7 @@ E2E_MODULES = frozenset({
     "test_hostile_spoofing", "test_hostile_upstream", "test_hostile_clients", "test_hostile_cache_load",
     # namespace labs with OpenVPN, the image, real peers
     "test_lab", "test_openvpn_lab", "test_verify_lab", "test_wireguard_lab", "test_inject_lab", "test_image",
-    "test_confinement_lab", "test_search_walk_lab",
+    "test_confinement_lab", "test_search_walk_lab", "test_openconnect_lab", "test_strongswan_lab",
     "test_differential", "test_dot", "test_bench_smoke",
     # the webhook as a process over HTTPS (test_bench_webhook: the load generator against one, 5 s)
     "test_webhook", "test_webhook_render", "test_bench_webhook",

@@ -154,7 +154,8 @@ def test_every_positional_argument_says_what_it_is() -> None:
 
 @pytest.mark.parametrize(("argv", "hint"), [
     (["chek", "Corefile"], "invalid choice: chek (choose from serve, demo, check, render, explain, "
-                           "openvpn-hook, wireguard-shim, verify, inject, webhook, doctor, top); "
+                           "openvpn-hook, wireguard-shim, openconnect-hook, verify, inject, webhook, "
+                           "doctor, top); "
                            "did you mean check?"),
     (["render", "--resolver", "corends"], "invalid choice: corends (choose from splitdns, coredns); "
                                           "did you mean coredns?"),

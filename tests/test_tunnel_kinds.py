@@ -295,7 +295,7 @@ KIND_NAMED = re.compile(r"[\"'](openvpn|wireguard)[\"']|\b(OPENVPN|WIREGUARD)\b|
 
 def test_every_tunnel_kind_has_a_row_in_each_layer() -> None:
     kinds = directives.tunnels()
-    assert {d.name for d in kinds} == {"openvpn", "wireguard"}
+    assert {d.name for d in kinds} == {"openvpn", "wireguard", "openconnect", "strongswan"}
     for d in kinds:
         assert d.tunnel is not None and d.step == directives.TUNNEL_STEP
         assert d.name in shell_tunnels.WATCHERS, f"{d.name}: no watcher in shell/tunnels.py"

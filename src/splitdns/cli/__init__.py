@@ -74,6 +74,12 @@ def _openvpn_hook(a: argparse.Namespace) -> int:
     return openvpn_hook.run(a.state)
 
 
+def _openconnect_hook(a: argparse.Namespace) -> int:
+    from splitdns.commands import openconnect_hook
+
+    return openconnect_hook.run(a.dir)
+
+
 def _wireguard_shim(a: argparse.Namespace) -> int:
     from splitdns.commands import wireguard_shim
 
@@ -136,7 +142,8 @@ def _top(a: argparse.Namespace) -> int:
 RUNNERS: dict[str, Callable[[argparse.Namespace], int]] = {
     "serve": _serve, "demo": _demo, "check": _check, "render": _render, "explain": _explain,
     "openvpn-hook": _openvpn_hook, "verify": _verify, "inject": _inject, "webhook": _webhook,
-    "doctor": _doctor, "wireguard-shim": _wireguard_shim, "top": _top,
+    "doctor": _doctor, "wireguard-shim": _wireguard_shim, "openconnect-hook": _openconnect_hook,
+    "top": _top,
 }
 
 

@@ -1,5 +1,5 @@
-"""The grammar of the commands that read, explain and diagnose (check, explain, verify, doctor) and
-of the VPN's hooks (openvpn-hook, wireguard-shim); cli.parser holds the others and the whole.
+"""The grammar of the commands that read, explain and diagnose (check, explain, verify, doctor);
+cli.parser holds the others and the whole, cli.vpn_hooks the scripts the VPN containers run.
 Tests: tests/test_cli.py, tests/test_check.py, tests/test_verify.py.
 """
 
@@ -51,33 +51,6 @@ def add_explain(commands: argparse._SubParsersAction[Parser]) -> None:
                    help="The Corefile (default ./Corefile), or the ConfigMap YAML that holds one.")
     p.add_argument("-dns.port", "--dns-port", dest="port", type=port_number, default=53,
                    help="The listener port to explain (default 53).")
-
-
-def add_openvpn_hook(commands: argparse._SubParsersAction[Parser]) -> None:
-    p = commands.add_parser(
-        "openvpn-hook", help="OpenVPN's --up/--down script: tell splitdns serve what the VPN pushed.",
-        description="Meant to be OpenVPN's --up and --down script (with --script-security 2; give "
-                    "the absolute path, OpenVPN passes no PATH). Reads the pushed DNS servers and "
-                    "domains from OpenVPN's environment (dhcp-option and OpenVPN 2.6 dns options) and "
-                    "writes them, with up or down, atomically to the state file that an `openvpn { "
-                    "state FILE }` block of splitdns serve watches. Exit codes: 0 written, 1 the file "
-                    "could not be written (OpenVPN then stops the connection), 2 not run by OpenVPN "
-                    "as an up or down script, 70 internal error.")
-    p.add_argument("--state", required=True, metavar="FILE", help="The state file to write.")
-    p.add_argument("openvpn_args", nargs="*", help=argparse.SUPPRESS)
-
-
-def add_wireguard_shim(commands: argparse._SubParsersAction[Parser]) -> None:
-    p = commands.add_parser(
-        "wireguard-shim", help="Write a resolvconf for wg-quick that hands its DNS to splitdns serve.",
-        description="Write DIR/resolvconf, a POSIX sh script for the WireGuard container's PATH: "
-                    "wg-quick calls it at up with the nameserver and search lines of its DNS = line, "
-                    "and at down; it records them in $SPLITDNS_RESOLVCONF_DIR (default "
-                    "/run/splitdns), a volume the resolver reads through `wireguard { resolvconf DIR "
-                    "}`. `resolvconf --watch IFACE` in that container copies the last handshakes "
-                    "there too, which the resolver cannot read without CAP_NET_ADMIN.")
-    p.add_argument("dir", metavar="DIR",
-                   help="Where to write the script (a volume the VPN container mounts).")
 
 
 def add_verify(commands: argparse._SubParsersAction[Parser]) -> None:

@@ -8,18 +8,12 @@ from __future__ import annotations
 import argparse
 
 from splitdns import __version__
-from splitdns.cli.diagnostics import (
-    add_check,
-    add_doctor,
-    add_explain,
-    add_openvpn_hook,
-    add_verify,
-    add_wireguard_shim,
-)
+from splitdns.cli.diagnostics import add_check, add_doctor, add_explain, add_verify
 from splitdns.cli.help import Parser
 from splitdns.cli.help import port_number as _port
 from splitdns.cli.pod_options import add_vpn
 from splitdns.cli.top import add_top
+from splitdns.cli.vpn_hooks import add_openconnect_hook, add_openvpn_hook, add_wireguard_shim
 from splitdns.kube import sizing
 from splitdns.kube.image import DEFAULT_IMAGE
 
@@ -93,6 +87,7 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     add_explain(commands)
     add_openvpn_hook(commands)
     add_wireguard_shim(commands)
+    add_openconnect_hook(commands)
     add_verify(commands)
     _add_inject(commands)
     _add_webhook(commands)

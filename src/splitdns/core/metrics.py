@@ -159,6 +159,7 @@ _TUNNEL_REASONS = (
     ("RECONNECTING", "reconnecting"), ("EXITING", "exiting"), ("cannot reach", "unreachable"),
     ("OpenVPN's management interface closed", "unreachable"), ("no state file", "no_state"),
     ("cannot read", "no_state"), ("the state file", "no_state"),
+    ("openconnect lost the gateway", "reconnecting"), ("no file at", "no_state"),
 )
 TUNNEL_REASONS = ("connected", "no_dns_pushed", "unknown", "reconnecting", "exiting", "connecting",
                   "unreachable", "no_state", "down")

@@ -30,10 +30,12 @@ from splitdns.directives import (
     loadbalance,
     logging,
     minimal,
+    openconnect,
     openvpn,
     operations,
     private,
     rewrite,
+    strongswan,
     template,
     wireguard,
 )
@@ -139,6 +141,13 @@ WIREGUARD = Once("wireguard", wireguard.parse, step=TUNNEL_STEP, stored=True, co
                  tunnel=Tunnel("wireguard", "WireGuard", "wireguard",
                                "the DNS servers of the wg-quick config's DNS = line",
                                programs=("wg-quick", "wireguard")))
+OPENCONNECT = Once("openconnect", openconnect.parse, step=TUNNEL_STEP, stored=True, coredns=False,
+                   tunnel=Tunnel("openconnect", "OpenConnect", "openconnect",
+                                 "the DNS servers the OpenConnect gateway pushes (our vpnc-script's "
+                                 "state file)"))
+STRONGSWAN = Once("strongswan", strongswan.parse, step=TUNNEL_STEP, stored=True, coredns=False,
+                  tunnel=Tunnel("strongswan", "strongSwan", "strongswan",
+                                "the DNS servers an IKE SA received (charon's resolve plugin file)"))
 # `forward`'s parser also takes whether to read resolv.conf files (config.build), and the
 # tunnels' words, from the rows above.
 FORWARD = Repeated("forward", lambda st: forward.parse(st, tunnel_words=tunnel_words()),
@@ -148,8 +157,8 @@ FORWARD = Repeated("forward", lambda st: forward.parse(st, tunnel_words=tunnel_w
 # (the guards after the tunnel's state: a tunnel zone that is down answers every type alike).
 REGISTRY: tuple[Directive[object], ...] = (
     RELOAD, BIND, LIMITS, READY, HEALTH, PROMETHEUS, ERRORS, LOG, LOADBALANCE, CACHE, REWRITE,
-    AUTOPATH, MINIMAL, TEMPLATE, HOSTS, LOOP, PRIVATE_ADDRESSES, OPENVPN, WIREGUARD, K8S_SCHEMA,
-    FILTER_AAAA, FORWARD,
+    AUTOPATH, MINIMAL, TEMPLATE, HOSTS, LOOP, PRIVATE_ADDRESSES, OPENVPN, WIREGUARD, OPENCONNECT,
+    STRONGSWAN, K8S_SCHEMA, FILTER_AAAA, FORWARD,
 )
 BY_NAME: dict[str, Directive[object]] = {d.name: d for d in REGISTRY}
 SUPPORTED = tuple(sorted(BY_NAME))

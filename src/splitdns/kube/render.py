@@ -129,7 +129,7 @@ def component(plan: Plan, opts: Options) -> dict[str, str]:
     patch_text = yamlio.dump(patch_doc(plan, opts))
     doc = manifests.component(plan, opts, corefile, patch_text)
     kind = tunnels.of(plan.vpn)
-    if kind.sidecar is not None and plan.unsafe_sysctls:
+    if kind.sidecar is not None and kind.sidecar.replacement is not None and plan.unsafe_sysctls:
         doc["replacements"].append(kind.sidecar.replacement(opts.name, manifests.containers_key(opts)))
     before = kind.component_steps(plan, opts) if kind.component_steps else kind.apply_steps(plan)
     header = _header(plan, opts, f"a kustomize Component for the Deployment {opts.name}; save as "

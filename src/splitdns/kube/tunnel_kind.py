@@ -96,9 +96,10 @@ class Sidecar:
     # unsafe sysctls (`PlanView.unsafe_sysctls`)
     add: Callable[[Doc, Doc, str, str, str, str, bool], None]
     # render's patch and component, only where the pod may set unsafe sysctls: the containers to
-    # adjust; the replacement that copies them ((deployment, containers key))
+    # adjust; the kustomize replacement that copies them ((deployment, containers key)); None: the
+    # kind asks for none.
     patched: Callable[[list[Doc]], None]
-    replacement: Callable[[str, str], Doc]
+    replacement: Callable[[str, str], Doc] | None = None
 
 
 def _nothing_to_say(*_: object) -> str:

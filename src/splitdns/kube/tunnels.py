@@ -11,7 +11,15 @@ and `--vpn WORD` take the directive's tunnel word, and user text its display nam
 from __future__ import annotations
 
 from splitdns import directives
-from splitdns.kube import openvpn_conf, openvpn_pod, wireguard_conf, wireguard_lint, wireguard_pod
+from splitdns.kube import (
+    openconnect_pod,
+    openvpn_conf,
+    openvpn_pod,
+    strongswan_pod,
+    wireguard_conf,
+    wireguard_lint,
+    wireguard_pod,
+)
 from splitdns.kube.tunnel_kind import ConfigFormat, Doc, Kind, Sidecar
 
 OPENVPN = Kind(
@@ -29,8 +37,22 @@ WIREGUARD = Kind(
     sidecar=Sidecar(wireguard_pod.SECRET, wireguard_pod.prepare, wireguard_pod.add, wireguard_pod.patched,
                     wireguard_pod.replacement))
 
+OPENCONNECT = Kind(
+    directives.OPENCONNECT, learned_from="openconnect",
+    upstream_text="the DNS the OpenConnect gateway pushes",
+    default_image=openconnect_pod.DEFAULT_IMAGE, corefile=openconnect_pod.corefile,
+    example=openconnect_pod.example, apply_steps=openconnect_pod.apply_steps, advice=openconnect_pod.advice,
+    sidecar=Sidecar(openconnect_pod.SECRET, openconnect_pod.prepare, openconnect_pod.add,
+                    openconnect_pod.patched))
+STRONGSWAN = Kind(
+    directives.STRONGSWAN, learned_from="charon", upstream_text="the DNS an IKE SA received",
+    default_image=strongswan_pod.DEFAULT_IMAGE, corefile=strongswan_pod.corefile,
+    example=strongswan_pod.example, apply_steps=strongswan_pod.apply_steps,
+    sidecar=Sidecar(strongswan_pod.SECRET, strongswan_pod.prepare, strongswan_pod.add,
+                    strongswan_pod.patched))
+
 # By tunnel word; the first is the pod's VPN when nothing names one.
-KINDS: dict[str, Kind] = {k.word: k for k in (OPENVPN, WIREGUARD)}
+KINDS: dict[str, Kind] = {k.word: k for k in (OPENVPN, WIREGUARD, OPENCONNECT, STRONGSWAN)}
 
 
 def default() -> Kind:

@@ -10,13 +10,15 @@ from collections.abc import Callable
 from typing import Any
 
 from splitdns import directives
-from splitdns.shell import openvpn, tunnel_watcher, wireguard
+from splitdns.shell import openconnect, openvpn, strongswan, tunnel_watcher, wireguard
 
 MakeWatcher = Callable[[Any, tunnel_watcher.OnChange], tunnel_watcher.Watcher]
 
 WATCHERS: dict[str, MakeWatcher] = {
     directives.OPENVPN.name: openvpn.Watcher,
     directives.WIREGUARD.name: wireguard.Watcher,
+    directives.OPENCONNECT.name: openconnect.Watcher,
+    directives.STRONGSWAN.name: strongswan.Watcher,
 }
 
 
