@@ -39,13 +39,19 @@ def copied(value: Any) -> Any:
 
 def cpu_request(qps: int) -> str:
     """The DNS container's CPU request for `qps` queries a second of a pod's mix (kube.sizing)."""
-    if qps < 1:
-        raise PlanError(f"--expected-qps {qps}: give the queries a second one pod asks, 1 or more")
-    millicores = sizing.dns_millicores(qps)
+    return sized_cpu(
+        f"--expected-qps {qps}", qps, sizing.dns_millicores(qps), "the queries a second one pod asks",
+        f"the measured {sizing.DNS_MILLICORES_PER_1000_QPS}m per 1,000 q/s, and the resolver answers",
+        f"{sizing.most_qps()} q/s is the most one DNS container is sized for")
+
+
+def sized_cpu(flag: str, rate: int, millicores: int, rate_is: str, cost: str, most: str) -> str:
+    """A CPU request of `millicores` for `rate` (what `flag` gave), or why there can be none: a rate
+    under 1, or one needing more than the one core a process answers on (kube.sizing)."""
+    if rate < 1:
+        raise PlanError(f"{flag}: give {rate_is}, 1 or more")
     if millicores > sizing.MAX_MILLICORES:
-        raise PlanError(f"--expected-qps {qps}: more than one core ({millicores}m) at the measured "
-                        f"{sizing.DNS_MILLICORES_PER_1000_QPS}m per 1,000 q/s, and the resolver answers "
-                        f"on one; {sizing.most_qps()} q/s is the most one DNS container is sized for")
+        raise PlanError(f"{flag}: more than one core ({millicores}m) at {cost} on one; {most}")
     return f"{millicores}m"
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import Any
 
 from splitdns.kube import image, inject, manifests, sizing
-from splitdns.kube.plan import PlanError
 
 Doc = dict[str, Any]
 
@@ -29,15 +28,11 @@ SETTINGS_ANNOTATION = "splitdns.dev/settings"  # on the webhook's pods: a new va
 
 def cpu_request(review_rate: int) -> str:
     """Each replica's CPU request for `review_rate` reviews a second (kube.sizing)."""
-    if review_rate < 1:
-        raise PlanError(f"--webhook-review-rate {review_rate}: give the reviews a second, 1 or more")
-    millicores = sizing.webhook_millicores(review_rate)
-    if millicores > sizing.MAX_MILLICORES:
-        raise PlanError(f"--webhook-review-rate {review_rate}: more than one core ({millicores}m) at "
-                        f"{sizing.WEBHOOK_CPU_MS_PER_REVIEW:g} ms of CPU per review, and a replica answers "
-                        f"on one; {sizing.most_reviews()} reviews a second is the most a replica is sized "
-                        "for")
-    return f"{millicores}m"
+    return manifests.sized_cpu(
+        f"--webhook-review-rate {review_rate}", review_rate, sizing.webhook_millicores(review_rate),
+        "the reviews a second",
+        f"{sizing.WEBHOOK_CPU_MS_PER_REVIEW:g} ms of CPU per review, and a replica answers",
+        f"{sizing.most_reviews()} reviews a second is the most a replica is sized for")
 
 
 def _meta(name: str, namespace: str | None = None, **extra: Any) -> Doc:
