@@ -71,7 +71,7 @@ CMD ["--help"]
 
 # The resolver image, last so that a plain `docker build .` gives it: what every pod runs.
 FROM scratch AS resolver
-# USER, CMD, EXPOSE and VERSION are splitdns.kube.image's and splitdns.__version__: a Dockerfile
+# USER, CMD, EXPOSE and VERSION are splitdns.kube.shared.image's and splitdns.__version__: a Dockerfile
 # cannot import them, so tests/test_image_defaults.py holds these lines to them.
 ARG VERSION=0.1.0
 LABEL org.opencontainers.image.title="splitdns" \

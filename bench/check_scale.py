@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from splitdns.kube import lint
+from splitdns.kube.check import checker
 
 
 def blocks(n: int) -> str:
@@ -41,7 +41,7 @@ def seconds(text: str, workdir: Path) -> float:
     path = workdir / "Corefile"
     path.write_text(text, encoding="utf-8")
     began = time.perf_counter()
-    lint.check([str(path)], lint.Options())
+    checker.check([str(path)], checker.Options())
     return time.perf_counter() - began
 
 

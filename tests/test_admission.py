@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from splitdns.commands import render
-from splitdns.kube import admission
+from splitdns.kube.deploy import admission
 
 SETTINGS = render.injection_settings(render.Request(zones=["svc.acme.internal=openvpn"],
                                                     cluster_dns="10.96.0.10"))

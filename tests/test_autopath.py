@@ -207,12 +207,12 @@ def test_what_the_search_list_saved_is_counted_per_zone(tmp_path: Path) -> None:
 
 
 def test_check_says_why_k8s_schema_stays_off(tmp_path: Path) -> None:
-    from splitdns.kube import lint
+    from splitdns.kube.check import checker
 
     path = tmp_path / "Corefile"
     path.write_text("cluster.local {\n k8s_schema\n hosts {\n  10.0.0.1 a.cluster.local\n  fallthrough\n }\n"
                     " forward . 10.96.0.10\n}\n. {\n forward . 10.96.0.10\n}\n")
-    found = [(f.line, f.code) for f in lint.check([str(path)], lint.Options())]
+    found = [(f.line, f.code) for f in checker.check([str(path)], checker.Options())]
     assert found == [(1, "SD115")]
 
 

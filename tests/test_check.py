@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from splitdns import cli
-from splitdns.kube import findings, lint, schema
+from splitdns.kube.check import checker, schema
+from splitdns.kube.shared import findings
 
 DATA = Path(__file__).parent / "data" / "kube"
 CASES = DATA / "check"
@@ -22,7 +23,8 @@ def run_case(case: Path) -> list[findings.Finding]:
     options = json.loads((case / "options.json").read_text()) if (case / "options.json").exists() else {}
     files = sorted(str(p) for p in case.iterdir() if p.name != "options.json")
     version = schema.minor(options["kube_version"]) if "kube_version" in options else None
-    return lint.check(files, lint.Options(resolver=options.get("resolver", "auto"), kube_version=version))
+    opts = checker.Options(resolver=options.get("resolver", "auto"), kube_version=version)
+    return checker.check(files, opts)
 
 
 @pytest.mark.parametrize("code", sorted(findings.CODES))

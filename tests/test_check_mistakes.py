@@ -12,8 +12,8 @@ import pytest
 from splitdns import config
 from splitdns.commands.explain import explain
 from splitdns.errors import ConfigError
-from splitdns.kube import lint
-from splitdns.kube.findings import Finding
+from splitdns.kube.check import checker
+from splitdns.kube.shared.findings import Finding
 
 BIG = 5 * 1024 * 1024
 
@@ -21,7 +21,7 @@ BIG = 5 * 1024 * 1024
 def found(tmp_path: Path, text: str, name: str = "Corefile") -> list[Finding]:
     path = tmp_path / name
     path.write_text(text, encoding="utf-8")
-    return lint.check([str(path)], lint.Options())
+    return checker.check([str(path)], checker.Options())
 
 
 # --- big inputs ----------------------------------------------------------------------------------

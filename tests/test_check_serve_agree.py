@@ -24,7 +24,8 @@ import pytest
 
 from splitdns import config, corefile, directives
 from splitdns.errors import ConfigError
-from splitdns.kube import findings, lint
+from splitdns.kube.check import checker
+from splitdns.kube.shared import findings
 from tests.test_corefile_corpus import CORPUS, EXPECTED
 
 TESTS = Path(__file__).parent
@@ -65,7 +66,7 @@ def _verdicts(path: Path) -> tuple[str | None, list[findings.Finding]]:
             return None, []  # the pod's file, absent here: see the module's docstring
         if err.message.startswith("environment variable ") and err.message.endswith(" is not set"):
             return None, []  # the pod's environment's to give
-    found = lint.check([str(path)], lint.Options(resolver="splitdns"))
+    found = checker.check([str(path)], checker.Options(resolver="splitdns"))
     return refused, [f for f in found if f.severity == findings.ERROR]
 
 

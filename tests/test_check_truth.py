@@ -89,7 +89,7 @@ def test_a_misspelt_cert_manager_field_is_an_error(
 
 def test_a_pod_that_runs_the_resolver_by_command_is_still_a_dns_pod() -> None:
     """The rule that spares the webhook does not spare `splitdns serve` given as the command."""
-    from splitdns.kube import pod_lint
+    from splitdns.kube.check import pod_lint
 
     spec = {"containers": [{"name": "dns", "image": "registry.example.org/splitdns:1",
                             "command": ["splitdns", "serve"], "args": ["-conf", "/etc/coredns/Corefile"]},

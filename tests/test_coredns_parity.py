@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from splitdns.kube import findings, lint
+from splitdns.kube.check import checker
+from splitdns.kube.shared import findings
 from tests.coredns import cases, expect, parity
 
 CASES = cases.parse_cases()
@@ -60,7 +61,7 @@ def test_check_reports_a_load_error_exactly_where_the_loader_refuses(tmp_path: P
         del agrees
         loads = said.startswith("loads")
         monkeypatch.chdir(directory)
-        found = lint.check([str(directory / "Corefile")], lint.Options(resolver="auto"))
+        found = checker.check([str(directory / "Corefile")], checker.Options(resolver="auto"))
         # SD100 is the loader's error; a refusal may also come under a code of its own (SD1xx)
         wrong = (any(f.code == "SD100" for f in found) if loads
                  else not any(f.severity == findings.ERROR for f in found))

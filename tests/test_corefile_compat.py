@@ -19,7 +19,7 @@ from splitdns.core.zone import Zone
 from splitdns.directives.cache import CacheSpec
 from splitdns.directives.logging import LogSpec
 from splitdns.errors import ConfigError
-from splitdns.kube import lint
+from splitdns.kube.check import checker
 from splitdns.shell import logs
 from tests.helpers import SOA, indexed, query, reply
 from tests.helpers import wire as to_wire
@@ -237,9 +237,9 @@ def test_next_rejects_unknown_rcodes(tmp_path: Path) -> None:
 def test_check_does_not_call_a_line_after_next_unreachable(tmp_path: Path) -> None:
     path = tmp_path / "Corefile"
     path.write_text(NEXT)
-    assert [f.message for f in lint.check([str(path)], lint.Options()) if f.code == "SD106"] == []
+    assert [f.message for f in checker.check([str(path)], checker.Options()) if f.code == "SD106"] == []
     path.write_text(NEXT.replace("next", "failover"))  # failover stays within one line's upstreams
-    assert len([f for f in lint.check([str(path)], lint.Options()) if f.code == "SD106"]) == 2
+    assert len([f for f in checker.check([str(path)], checker.Options()) if f.code == "SD106"]) == 2
 
 
 # --- false alarms -----------------------------------------------------------------------------
@@ -256,7 +256,7 @@ SHARED = """svc.acme.internal {
 def test_a_private_zone_and_root_sharing_a_public_upstream_is_no_tunnel(tmp_path: Path) -> None:
     path = tmp_path / "Corefile"
     path.write_text(SHARED)
-    assert "SD104" not in [f.code for f in lint.check([str(path)], lint.Options())]
+    assert "SD104" not in [f.code for f in checker.check([str(path)], checker.Options())]
 
 
 def test_the_same_upstream_routed_through_a_vpn_is_the_tunnel(tmp_path: Path) -> None:
@@ -264,7 +264,7 @@ def test_the_same_upstream_routed_through_a_vpn_is_the_tunnel(tmp_path: Path) ->
     path.write_text(SHARED)
     ovpn = tmp_path / "client.ovpn"
     ovpn.write_text("client\ndev tun\nremote 203.0.113.7 1194\nroute 192.0.2.0 255.255.255.0\n")
-    found = lint.check([str(path), str(ovpn)], lint.Options())
+    found = checker.check([str(path), str(ovpn)], checker.Options())
     assert ("SD104", 5) in [(f.code, f.line) for f in found]
 
 
@@ -284,10 +284,10 @@ def test_a_stub_only_corefile_is_a_warning_with_its_reason(tmp_path: Path,
 def test_check_for_coredns_reports_nothing_coredns_accepts(tmp_path: Path, text: str) -> None:
     path = tmp_path / "Corefile"
     path.write_text(text)
-    found = lint.check([str(path)], lint.Options(resolver="coredns"))
+    found = checker.check([str(path)], checker.Options(resolver="coredns"))
     assert [f.text(False) for f in found if f.severity == "error"] == []
     # The same file for splitdns is refused, so the quiet verdict above is a choice, not blindness.
-    assert any(f.code == "SD100" for f in lint.check([str(path)], lint.Options(resolver="splitdns")))
+    assert any(f.code == "SD100" for f in checker.check([str(path)], checker.Options(resolver="splitdns")))
 
 
 def test_several_log_lines_are_coredns_rules_the_first_whose_names_match_decides() -> None:

@@ -19,7 +19,7 @@ import pytest
 from splitdns import config, corefile, directives
 from splitdns.directives import forward
 from splitdns.errors import ConfigError
-from splitdns.kube import lint
+from splitdns.kube.check import checker
 
 CORPUS = Path(__file__).parent / "data" / "corefiles"
 
@@ -253,7 +253,7 @@ def test_check_reads_each_corefile_without_crashing_and_agrees_with_the_loader(
     expect = EXPECTED[name]
     for key, value in expect.env:
         monkeypatch.setenv(key, value)
-    found = lint.check([str(CORPUS / f"{name}.Corefile")], lint.Options(resolver="splitdns"))
+    found = checker.check([str(CORPUS / f"{name}.Corefile")], checker.Options(resolver="splitdns"))
     refusals = [f for f in found if f.code in ("SD100", "SD110", "SD112")]
     pending = [c for c in expect.causes if c not in AWAITS or not supported(c)]
     assert bool(refusals) == bool(pending), [f.text(False) for f in refusals]

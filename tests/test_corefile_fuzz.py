@@ -18,7 +18,7 @@ from splitdns import cli, config
 from splitdns.core.routing import Router
 from splitdns.core.zone import Zone
 from splitdns.errors import ConfigError
-from splitdns.kube import lint
+from splitdns.kube.check import checker
 from tests.support import user_text
 
 KEYS = [".", "example.org", "svc.acme.internal", "cluster.local", "in-addr.arpa", "10.in-addr.arpa",
@@ -104,7 +104,7 @@ def _corefile(text: str, directory: Path) -> Path:
 def test_check_and_serve_loader_never_raise_anything_but_config_errors(text: str, resolver: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         path = _corefile(text, Path(tmp))
-        for finding in lint.check([str(path)], lint.Options(resolver=resolver)):
+        for finding in checker.check([str(path)], checker.Options(resolver=resolver)):
             assert finding.message and "Traceback" not in finding.message
             assert "object at 0x" not in finding.message
         try:
@@ -137,7 +137,7 @@ def test_an_internal_error_exits_70_with_one_line_naming_the_input(
     def planted_bug(*_args: object) -> list[object]:
         raise KeyError("planted")
 
-    monkeypatch.setattr(lint, "check", planted_bug)
+    monkeypatch.setattr(checker, "check", planted_bug)
     monkeypatch.delenv("SPLITDNS_DEBUG", raising=False)
     if debug == "env":
         monkeypatch.setenv("SPLITDNS_DEBUG", "1")

@@ -10,7 +10,7 @@ import pytest
 from splitdns import config, directives
 from splitdns.core.routing import cache_key
 from splitdns.core.zone import Zone
-from splitdns.kube import lint
+from splitdns.kube.check import checker
 
 README = Path(__file__).parent.parent / "README.md"
 
@@ -18,7 +18,7 @@ README = Path(__file__).parent.parent / "README.md"
 def _codes(tmp_path: Path, name: str, resolver: str) -> list[str]:
     corefile = tmp_path / "Corefile"
     corefile.write_text(f". {{\n    {name}\n    forward . 192.0.2.1\n}}\n")
-    found = lint.check([str(corefile)], lint.Options(resolver=resolver))
+    found = checker.check([str(corefile)], checker.Options(resolver=resolver))
     return [f.code for f in found if f.line == 2]
 
 

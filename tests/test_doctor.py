@@ -77,7 +77,7 @@ def test_unreachable_cluster_is_exit_2(tmp_path: Path, capsys: pytest.CaptureFix
 
 
 def test_all_current_is_no_finding() -> None:
-    from splitdns.kube import doctor
+    from splitdns.kube.check import doctor
 
     pods = json.loads((DATA / "pods.json").read_text())["items"]
     namespaces = json.loads((DATA / "namespaces.json").read_text())["items"]

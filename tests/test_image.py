@@ -36,7 +36,9 @@ from tools.image_requirements import image_requirements, name_of
 
 from splitdns import __version__
 from splitdns.commands import render
-from splitdns.kube import image, manifests, wireguard_pod
+from splitdns.kube.deploy import manifests
+from splitdns.kube.shared import image
+from splitdns.kube.tunnels import wireguard_pod
 from tests.lab import PodSpec, configs
 from tests.lab.fixtures import require_lab, sigterm_interrupts
 from tests.lab.netns import wait_for

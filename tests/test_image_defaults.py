@@ -1,4 +1,4 @@
-"""The image's defaults are written once, in splitdns.kube.image (and the version in
+"""The image's defaults are written once, in splitdns.kube.shared.image (and the version in
 splitdns.__version__, which pyproject.toml reads): the Dockerfile and the docs' copy-paste examples
 cannot import them, so this holds them to them without building anything (tests/test_image.py builds
 and runs the image)."""
@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from splitdns import __version__
-from splitdns.kube import image, manifests
+from splitdns.kube.deploy import manifests
+from splitdns.kube.shared import image
 
 ROOT = Path(__file__).parents[1]
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from splitdns import __version__, cli, config
 from splitdns.commands import render
-from splitdns.kube import inject
+from splitdns.kube.deploy import inject
 
 DATA = Path(__file__).parent / "data" / "inject"
 CASES = sorted(p.name.removesuffix(".yaml") for p in DATA.glob("*.yaml") if ".injected." not in p.name)

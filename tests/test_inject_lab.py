@@ -18,7 +18,7 @@ from typing import Any
 import jsonpatch  # type: ignore[import-untyped,unused-ignore]
 import pytest
 
-from splitdns.kube import inject
+from splitdns.kube.deploy import inject
 from tests.lab import Lab, PodSpec, configs
 from tests.lab.fixtures import require_lab
 from tests.support import webhook

@@ -26,7 +26,7 @@ import dns.query
 import dns.rcode
 
 from splitdns.core.tunnel import UP, Pushed, TunnelState
-from splitdns.kube import dashboard, inject, monitoring
+from splitdns.kube.deploy import dashboard, inject, monitoring
 from splitdns.shell.openvpn import write_state
 from tests.support import prometheus, webhook
 from tests.support.prerequisites import need_tools

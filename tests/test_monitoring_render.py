@@ -1,5 +1,5 @@
 """`splitdns render --form monitoring`: the PrometheusRule, PodMonitor and ServiceMonitor are valid
-for prometheus-operator's own CRD schemas (vendored in src/splitdns/kube/crds), the dashboard
+for prometheus-operator's own CRD schemas (vendored in src/splitdns/kube/check/crds), the dashboard
 is a ConfigMap Grafana's sidecar picks up, and the monitors point at ports the resolver and the
 webhook really declare. The rules fire and resolve in test_monitoring_rules.py; the dashboard's
 queries and the alerts' expressions run against a real Prometheus in test_monitoring_e2e.py.
@@ -19,7 +19,7 @@ import yaml
 
 from splitdns import cli
 from splitdns.commands import render
-from splitdns.kube import dashboard, inject, monitoring, webhook_manifests
+from splitdns.kube.deploy import dashboard, inject, monitoring, webhook_manifests
 from tests.support import crds
 
 VERSIONS = ["1.29", "1.37"]  # a ConfigMap's schema: the oldest and newest version we render for

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from splitdns.kube import monitoring
+from splitdns.kube.deploy import monitoring
 from tests.support.prerequisites import need_tools
 
 RUNBOOK = "https://github.com/splitdns/splitdns/blob/main/docs/monitoring.md#"

@@ -25,9 +25,11 @@ import yaml
 
 from splitdns import cli, config, directives
 from splitdns.commands import render
-from splitdns.kube import corefile_model, inject, lint, schema, sizing
-from splitdns.kube import render as kube_render
-from splitdns.kube.manifests import Options
+from splitdns.kube.check import checker, schema
+from splitdns.kube.deploy import forms as kube_render
+from splitdns.kube.deploy import inject, sizing
+from splitdns.kube.deploy.manifests import Options
+from splitdns.kube.shared import lenient_corefile
 from tests.support import apiserver, prerequisites
 
 DATA = Path(__file__).parent / "data" / "kube"
@@ -119,19 +121,19 @@ def test_strict_validation_catches_a_typo() -> None:
 @pytest.mark.parametrize("case", ["deployment", "deployment-coredns"])
 def test_goldens_check_clean(case: str) -> None:
     path = GOLDEN / case / "splitdns.yaml"
-    assert [f.text(False) for f in lint.check([str(path)], lint.Options(kube_version=(1, 29)))] == []
+    assert [f.text(False) for f in checker.check([str(path)], checker.Options(kube_version=(1, 29)))] == []
 
 
 def test_classic_sidecar_is_flagged_as_not_holding_the_app() -> None:
     path = GOLDEN / "deployment-classic" / "splitdns.yaml"
-    assert [f.code for f in lint.check([str(path)], lint.Options(kube_version=(1, 29)))] == ["SD206"]
+    assert [f.code for f in checker.check([str(path)], checker.Options(kube_version=(1, 29)))] == ["SD206"]
 
 
 def test_cluster_wide_golden_checks_clean_and_never_holds_the_root() -> None:
     path = GOLDEN / "cluster-wide" / "Corefile.cluster-wide"
     text = path.read_text()
     assert "BLAST RADIUS" in text and "\n.:53" not in text and "svc.acme.internal:53 {" in text
-    assert lint.check([str(path)], lint.Options()) == []
+    assert checker.check([str(path)], checker.Options()) == []
 
 
 def splitdns_corefile(case: str) -> str:
@@ -169,7 +171,7 @@ def test_rendered_corefile_is_accepted_by_the_resolver(case: str) -> None:
     same text runs on either."""
     assert sorted(RENDERED_BLOCKS) == sorted(CASES)
     text = rendered_corefile(case)
-    blocks = corefile_model.read(text, "Corefile").blocks
+    blocks = lenient_corefile.read(text, "Corefile").blocks
     used = {st.name for block in blocks for st in block.statements}
     unsupported = used - set(directives.SUPPORTED)
     assert not unsupported, f"render emits {sorted(unsupported)}, which the resolver does not support"
@@ -252,7 +254,7 @@ def test_component_builds_with_kubectl_kustomize(tmp_path: Path) -> None:
         {"name": "net.ipv4.ip_unprivileged_port_start", "value": "53"}]
     out = tmp_path / "built.yaml"
     out.write_text(built)
-    found = lint.check([str(out)], lint.Options(kube_version=schema.minor("1.29")))
+    found = checker.check([str(out)], checker.Options(kube_version=schema.minor("1.29")))
     assert [f.text(False) for f in found] == []
 
 
@@ -408,7 +410,7 @@ def test_the_vpn_container_runs_as_the_readme_recommends() -> None:
 
 def test_the_openvpn_container_is_held_to_what_the_wireguard_one_is() -> None:
     """Resources, a startup probe and every capability dropped but NET_ADMIN, as the WireGuard sidecar."""
-    from splitdns.kube import wireguard_pod
+    from splitdns.kube.tunnels import wireguard_pod
 
     doc = list(yaml.safe_load_all(rendered("deployment")["splitdns.yaml"]))[1]
     vpn = next(c for c in doc["spec"]["template"]["spec"]["initContainers"] if c["name"] == "vpn")

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from splitdns import cli, config, corefile
-from splitdns.kube import inject
+from splitdns.kube.deploy import inject
 
 CLUSTER = "10.96.0.10"
 TEAM = """\

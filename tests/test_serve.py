@@ -272,7 +272,8 @@ def test_a_port_in_use_names_the_address_and_the_way_out(tmp_path: Path) -> None
 
 # What serving must never load (the sidecar's memory, and its image holds none of them): the
 # cluster tools' modules, and what only a rare reply, a typo or another directive needs.
-NOT_FOR_SERVING = ("splitdns.kube.admission", "splitdns.kube.manifests", "splitdns.commands.render",
+NOT_FOR_SERVING = ("splitdns.kube.deploy.admission", "splitdns.kube.deploy.manifests",
+                   "splitdns.commands.render",
                    "yaml", "lightkube", "kubernetes_validate", "jsonschema", "aiohttp", "cryptography",
                    "prometheus_client", "dns.message", "dns.name", "importlib.metadata", "email",
                    "hashlib", "secrets", "difflib", "ssl", "_ssl")

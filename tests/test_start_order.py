@@ -25,7 +25,8 @@ import yaml
 
 from splitdns import cli, corefile
 from splitdns.commands import render
-from splitdns.kube import admission, inject, lint
+from splitdns.kube.check import checker
+from splitdns.kube.deploy import admission, inject
 from tests.test_render import at_the_root
 
 Doc = dict[str, Any]
@@ -205,7 +206,7 @@ def test_check_flags_a_resolver_that_waits_for_a_zone_behind_a_later_vpn(tmp_pat
         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"Corefile": text}}
         for name, text in maps.items()] + [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "shop"},
                                             "spec": spec}]))
-    found = [f for f in lint.check([str(path)], lint.Options()) if f.code == "SD209"]
+    found = [f for f in checker.check([str(path)], checker.Options()) if f.code == "SD209"]
     assert [f.text(False) for f in found] and "svc.acme.internal" in found[0].message
     assert "vpn" in found[0].message, found[0].message
 
@@ -217,7 +218,7 @@ def test_check_reads_the_corefile_inject_puts_in_the_env_too(tmp_path: Path) -> 
     def codes() -> list[str]:
         path.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "shop"},
                                         "spec": spec}))
-        return [f.code for f in lint.check([str(path)], lint.Options())]
+        return [f.code for f in checker.check([str(path)], checker.Options())]
 
     assert "SD209" not in codes()
     spec["initContainers"][0]["startupProbe"]["httpGet"]["path"] = "/ready"

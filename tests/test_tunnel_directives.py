@@ -12,7 +12,7 @@ from splitdns.directives import openconnect, strongswan
 from splitdns.directives.openconnect import OpenConnectSpec
 from splitdns.directives.strongswan import StrongSwanSpec
 from splitdns.errors import ConfigError
-from splitdns.kube import lint
+from splitdns.kube.check import checker
 
 
 def statement(text: str) -> corefile.Statement:
@@ -91,7 +91,7 @@ def test_a_root_block_following_a_tunnel_is_named_by_its_vpn(
         tmp_path: Path, directive: str, name: str) -> None:
     path = tmp_path / "Corefile"
     path.write_text(f".:53 {{\n    {directive}\n}}\n")
-    found = [f for f in lint.check([str(path)], lint.Options()) if f.code == "SD104"]
+    found = [f for f in checker.check([str(path)], checker.Options()) if f.code == "SD104"]
     assert len(found) == 1 and f"takes its upstreams from {name}:" in found[0].message
 
 

@@ -34,9 +34,9 @@ from splitdns.core import liveness, tunnel
 from splitdns.core.zone import Zone
 from splitdns.directives import _args
 from splitdns.errors import ConfigError
-from splitdns.kube import findings, tunnel_kind
 from splitdns.kube import tunnels as kube_tunnels
-from splitdns.kube.findings import Finding
+from splitdns.kube.shared import findings, tunnel_kind
+from splitdns.kube.shared.findings import Finding
 from splitdns.shell import tunnel_watcher
 from splitdns.shell import tunnels as shell_tunnels
 from tests.helpers import query, reply
@@ -288,7 +288,7 @@ def test_render_writes_the_kinds_block_and_vpn_container(beacon: None) -> None:
 # --- the tables stay the only place that knows the kinds ---------------------------------------------
 
 SRC = Path(__file__).resolve().parent.parent / "src" / "splitdns"
-TABLES = ("directives/__init__.py", "shell/tunnels.py", "kube/tunnels.py")
+TABLES = ("directives/__init__.py", "shell/tunnels.py", "kube/tunnels/__init__.py")
 # A kind's name, as a string or one of the tables' constants, or its spec's class.
 KIND_NAMED = re.compile(r"[\"'](openvpn|wireguard)[\"']|\b(OPENVPN|WIREGUARD)\b|OpenVPNSpec|WireGuardSpec")
 
@@ -299,13 +299,13 @@ def test_every_tunnel_kind_has_a_row_in_each_layer() -> None:
     for d in kinds:
         assert d.tunnel is not None and d.step == directives.TUNNEL_STEP
         assert d.name in shell_tunnels.WATCHERS, f"{d.name}: no watcher in shell/tunnels.py"
-        assert kube_tunnels.of(d.tunnel.word).directive is d, f"{d.name}: no row in kube/tunnels.py"
+        assert kube_tunnels.of(d.tunnel.word).directive is d, f"{d.name}: no row in kube/tunnels/"
     assert set(kube_tunnels.KINDS) == directives.tunnel_words()
 
 
 def test_no_module_but_a_kinds_own_and_the_tables_names_a_kind() -> None:
     """Where `if kind == "openvpn"` would creep back: any module but the tables and the kinds'
-    own modules (named after the kind: core/openvpn.py, kube/wireguard_pod.py, ...)."""
+    own modules (named after the kind: core/openvpn.py, kube/tunnels/wireguard_pod.py, ...)."""
     found = []
     for path in sorted(SRC.rglob("*.py")):
         rel = path.relative_to(SRC).as_posix()

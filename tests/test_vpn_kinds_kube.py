@@ -14,7 +14,8 @@ import yaml
 
 from splitdns import cli
 from splitdns.commands import openconnect_hook, render
-from splitdns.kube import inject, openconnect_pod, strongswan_pod
+from splitdns.kube.deploy import inject
+from splitdns.kube.tunnels import openconnect_pod, strongswan_pod
 from tests.lab import openconnect as oc_lab
 from tests.lab import strongswan as ss_lab
 

@@ -21,8 +21,8 @@ import kubernetes_validate  # type: ignore[import-untyped]
 import pytest
 import yaml
 
-from splitdns.kube import inject
-from splitdns.kube.workloads import TEMPLATE_PATHS
+from splitdns.kube.deploy import inject
+from splitdns.kube.deploy.workloads import TEMPLATE_PATHS
 from tests.support import webhook
 from tests.support.processes import poll_until
 

@@ -2,7 +2,7 @@
 rendered Deployment's own arguments start a webhook that injects with the settings it announces.
 
 cert-manager's Issuer and Certificate are validated, just as strictly, against the openAPIV3Schema of
-cert-manager's own CRDs, vendored in src/splitdns/kube/crds (kubernetes-validate bundles only the core
+cert-manager's own CRDs, vendored in src/splitdns/kube/check/crds (kubernetes-validate bundles only the core
 API's schemas; `check --kube-version` uses them too: see tests/support/crds.py).
 Set SPLITDNS_UPDATE_GOLDEN=1 to rewrite the golden file after an intended change.
 """
@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from splitdns import cli
-from splitdns.kube import inject
+from splitdns.kube.deploy import inject
 from tests.support import crds, webhook
 
 GOLDEN = Path(__file__).parent / "data" / "webhook" / "splitdns-webhook.yaml"

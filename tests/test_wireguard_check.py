@@ -9,7 +9,10 @@ from pathlib import Path
 import pytest
 
 from splitdns import cli
-from splitdns.kube import lint, sources, tunnels, wireguard_conf
+from splitdns.kube import tunnels
+from splitdns.kube.check import checker
+from splitdns.kube.shared import sources
+from splitdns.kube.tunnels import wireguard_conf
 
 GOOD = """[Interface]
 PrivateKey = yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk=
@@ -33,16 +36,16 @@ svc.acme.internal:53 {
 """
 
 
-def check(tmp_path: Path, conf: str, corefile: str | None = COREFILE) -> list[lint.Finding]:
+def check(tmp_path: Path, conf: str, corefile: str | None = COREFILE) -> list[checker.Finding]:
     (tmp_path / "wg0.conf").write_text(conf)
     paths = [str(tmp_path / "wg0.conf")]
     if corefile is not None:
         (tmp_path / "Corefile").write_text(corefile)
         paths.append(str(tmp_path / "Corefile"))
-    return lint.check(paths, lint.Options())
+    return checker.check(paths, checker.Options())
 
 
-def codes(found: list[lint.Finding]) -> list[tuple[int, str]]:
+def codes(found: list[checker.Finding]) -> list[tuple[int, str]]:
     return [(f.line, f.code) for f in found]
 
 
@@ -136,7 +139,7 @@ def test_explain_says_where_a_wireguard_block_learns_its_upstreams(
 def test_a_catch_all_that_follows_wireguard_is_the_tunnel_owning_everything(tmp_path: Path) -> None:
     """SD104 on the `wireguard` line, as on an `openvpn` one (check had asserted it was openvpn)."""
     (tmp_path / "Corefile").write_text(". {\n    wireguard {\n        resolvconf /run/splitdns\n    }\n}\n")
-    found = lint.check([str(tmp_path / "Corefile")], lint.Options())
+    found = checker.check([str(tmp_path / "Corefile")], checker.Options())
     assert [(f.line, f.code) for f in found] == [(2, "SD104")]
     assert "the `.` block takes its upstreams from WireGuard" in found[0].message
 

@@ -15,8 +15,10 @@ import yaml
 
 from splitdns import cli, config, directives
 from splitdns.commands import render
-from splitdns.kube import inject, lint, webhook_manifests, wireguard_pod
-from splitdns.kube.plan import PlanError
+from splitdns.kube.check import checker
+from splitdns.kube.deploy import inject, webhook_manifests
+from splitdns.kube.deploy.plan import PlanError
+from splitdns.kube.tunnels import wireguard_pod
 
 VERSIONS = [f"1.{minor}" for minor in range(29, 38)]
 ZONES = ["--zone", "svc.acme.internal=wireguard", "--cluster-dns", "10.96.0.10"]
@@ -100,7 +102,7 @@ def test_the_default_starts_on_a_stock_kubelet_and_check_says_so_of_the_option(t
         text = _rendered_text(args)
         path = tmp_path / "splitdns.yaml"
         path.write_text(text)
-        found = lint.check([str(path)], lint.Options(kube_version=(1, 33)))
+        found = checker.check([str(path)], checker.Options(kube_version=(1, 33)))
         assert [f.code for f in found] == wanted, [f.text(False) for f in found]
         sysctls = pod_spec(list(yaml.safe_load_all(text)))["securityContext"]["sysctls"]
         assert ({"name": name, "value": "1"} in sysctls) == bool(args)
@@ -204,7 +206,7 @@ def test_the_rendered_pod_and_a_good_config_check_clean(tmp_path: Path) -> None:
                     "DNS = 192.168.240.1\n\n[Peer]\n"
                     "PublicKey = xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=\n"
                     "AllowedIPs = 192.168.240.0/24\nEndpoint = 203.0.113.9:51820\nPersistentKeepalive = 25\n")
-    found = lint.check([str(good), str(tmp_path / "splitdns.yaml")], lint.Options(kube_version=(1, 33)))
+    found = checker.check([str(good), str(tmp_path / "splitdns.yaml")], checker.Options(kube_version=(1, 33)))
     assert [f.text(False) for f in found] == []
 
 
@@ -261,6 +263,6 @@ def test_the_component_adds_the_sidecar_and_both_sysctls_with_kubectl_kustomize(
         {"name": "net.ipv4.ip_unprivileged_port_start", "value": "53"},
         *([{"name": "net.ipv4.conf.all.src_valid_mark", "value": "1"}] if mark else [])]
     (tmp_path / "built.yaml").write_text(built)
-    found = lint.check([str(tmp_path / "built.yaml")], lint.Options(kube_version=(1, 33)))
+    found = checker.check([str(tmp_path / "built.yaml")], checker.Options(kube_version=(1, 33)))
     assert [f.code for f in found] == (["SD404"] if mark else []), [f.text(False) for f in found]
 

@@ -41,7 +41,7 @@ PROGRAMS = {"/bin/sh": "/bin/dash", "/bin/cat": "/bin/cat", "/bin/mv": "/bin/mv"
             "/bin/rm": "/bin/rm"}
 FILES = ["/etc/ssl/certs/ca-certificates.crt"]
 SITE_PRUNED = re.compile(r"(^|/)(tests?|__pycache__)(/|$)|^dns/(win32util\.py|dnssecalgs)"
-                         r"|^splitdns/kube/crds(/|$)|^prometheus_client/(twisted|bridge)(/|$)")
+                         r"|^splitdns/kube/check/crds(/|$)|^prometheus_client/(twisted|bridge)(/|$)")
 
 
 def copy(source: Path, target: Path) -> None:

@@ -1,12 +1,13 @@
 """cert-manager's Issuer and Certificate checked as `splitdns check --kube-version` checks them
-(splitdns.kube.custom_resources: strictly, against the CRDs vendored in src/splitdns/kube/crds), one
-line per problem, for tests that change a rendered resource and expect the API server's refusal."""
+(splitdns.kube.check.custom_resources: strictly, against the CRDs vendored in
+src/splitdns/kube/check/crds), one line per problem, for tests that change a rendered resource and
+expect the API server's refusal."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from splitdns.kube import custom_resources
+from splitdns.kube.check import custom_resources
 
 # The newest schemas kubernetes-validate bundles: ObjectMeta has not changed in the versions we render for.
 KUBERNETES = (1, 37)

@@ -18,7 +18,7 @@ from splitdns.cli.help import reject_unrecognized
 from splitdns.cli.parser import EXIT_INTERNAL, EXIT_MISSING, EXIT_PIPE, build_parser
 
 if TYPE_CHECKING:
-    from splitdns.kube.inject import Settings
+    from splitdns.kube.deploy.inject import Settings
 
 __all__ = ["EXIT_INTERNAL", "RUNNERS", "build_parser", "internal_error", "kubectl_plugin", "main"]
 
@@ -104,7 +104,7 @@ def _inject(a: argparse.Namespace) -> int:
 
 def _webhook(a: argparse.Namespace) -> int:
     from splitdns.commands import render, webhook
-    from splitdns.kube.plan import PlanError
+    from splitdns.kube.deploy.plan import PlanError
 
     for module in ("aiohttp", "jsonpatch"):  # the extra first: before certificates and settings
         if importlib.util.find_spec(module) is None:

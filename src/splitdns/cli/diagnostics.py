@@ -8,7 +8,7 @@ from __future__ import annotations
 import argparse
 
 from splitdns.cli.help import Parser, port_number
-from splitdns.kube.image import COREFILE
+from splitdns.kube.shared.image import COREFILE
 
 
 def add_check(commands: argparse._SubParsersAction[Parser]) -> None:

@@ -9,7 +9,7 @@ import argparse
 from collections.abc import Sequence
 
 from splitdns.cli.help import Parser
-from splitdns.kube.image import COREFILE
+from splitdns.kube.shared.image import COREFILE
 
 
 def _count(text: str) -> int:

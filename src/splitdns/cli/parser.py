@@ -14,8 +14,8 @@ from splitdns.cli.help import port_number as _port
 from splitdns.cli.pod_options import add_vpn
 from splitdns.cli.top import add_top
 from splitdns.cli.vpn_hooks import add_openconnect_hook, add_openvpn_hook, add_wireguard_shim
-from splitdns.kube import sizing
-from splitdns.kube.image import DEFAULT_IMAGE
+from splitdns.kube.deploy import sizing
+from splitdns.kube.shared.image import DEFAULT_IMAGE
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE (sysexits.h): not 1 or 2, which commands use for findings and bad input
 EXIT_MISSING = 69   # EX_UNAVAILABLE: a module this command needs is not installed

@@ -13,7 +13,8 @@ EXIT_CLEAN, EXIT_WARNINGS, EXIT_ERRORS = 0, 1, 2
 
 def run(paths: Sequence[str], resolver: str = "auto", kube_version: str | None = None,
         output: str = "text", details: bool = True) -> int:
-    from splitdns.kube import findings, lint, schema
+    from splitdns.kube.check import checker, schema
+    from splitdns.kube.shared import findings
 
     version = None
     if kube_version is not None:
@@ -22,7 +23,7 @@ def run(paths: Sequence[str], resolver: str = "auto", kube_version: str | None =
         except schema.VersionError as err:
             print(f"splitdns check: {err}", file=sys.stderr)
             return EXIT_ERRORS
-    found = lint.check(paths, lint.Options(resolver=resolver, kube_version=version))
+    found = checker.check(paths, checker.Options(resolver=resolver, kube_version=version))
     if output == "json":
         sys.stdout.write(findings.to_json(found))
     else:

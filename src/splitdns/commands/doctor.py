@@ -1,5 +1,5 @@
 """`splitdns doctor`: read the cluster through lightkube and report pods that asked for the resolver and
-run without it, or with settings older than the webhook's (kube/doctor.py judges).
+run without it, or with settings older than the webhook's (kube/check/doctor.py judges).
 Tests: tests/test_doctor.py.
 """
 
@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from splitdns.kube import doctor
+from splitdns.kube.check import doctor
 
 EXIT_OK, EXIT_FINDINGS, EXIT_CLUSTER = 0, 1, 2
 SERVICE_ACCOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
@@ -38,7 +38,7 @@ def read(client: Any, webhook_namespace: str
     from lightkube.resources.apps_v1 import Deployment
     from lightkube.resources.core_v1 import Namespace, Pod
 
-    from splitdns.kube import inject, webhook_manifests
+    from splitdns.kube.deploy import inject, webhook_manifests
 
     namespaces = [n.to_dict() for n in client.list(Namespace)]
     pods = [p.to_dict() for p in client.list(Pod, namespace="*", labels={inject.POD_LABEL: "true"})]

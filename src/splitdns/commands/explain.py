@@ -25,7 +25,7 @@ from splitdns.core.local import Rewritten
 from splitdns.core.routing import Router
 from splitdns.core.zone import Zone
 from splitdns.errors import ConfigError, Location
-from splitdns.kube import corefile_model, sources
+from splitdns.kube.shared import lenient_corefile, sources
 from splitdns.shell import hostsfiles
 
 EXIT_OK, EXIT_CONFIG = 0, 2
@@ -52,7 +52,7 @@ def explain(name: str, path: str, port: int = config.DEFAULT_PORT) -> list[str]:
     def loc(where: Location | None) -> str:  # a line of the file given, also inside a ConfigMap
         return f"{path}:{src.line(where)}"
 
-    model = corefile_model.read(text, path, port)
+    model = lenient_corefile.read(text, path, port)
     if model.error is not None:
         raise ConfigError(None, f"{loc(model.error.where)}: {model.error.message}")
     blocks = [b for b in model.blocks if b.port == port and b.zones]
@@ -118,7 +118,7 @@ def _corefile(path: str) -> sources.CorefileSource:
         raise ConfigError(None, f"cannot read {path}: No such file or directory") from None
 
 
-def _inside(block: corefile_model.Block, zone: Zone, wire: bytes,
+def _inside(block: lenient_corefile.Block, zone: Zone, wire: bytes,
             loc: Callable[[Location | None], str], full: Zone | None = None) -> list[str]:
     st, kind = block.tunnel_statement, block.tunnel_kind
     if st is not None and kind is not None:
@@ -146,7 +146,7 @@ def _inside(block: corefile_model.Block, zone: Zone, wire: bytes,
     return out
 
 
-def _kubernetes(block: corefile_model.Block, wire: bytes,
+def _kubernetes(block: lenient_corefile.Block, wire: bytes,
                 loc: Callable[[Location | None], str]) -> list[str] | None:
     """CoreDNS's `kubernetes ZONES...` (the cluster's own Corefile): it answers its zones' names
     before `forward` sees them, from the cluster's Services and Pods; None when it takes no part."""

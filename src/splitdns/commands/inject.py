@@ -14,8 +14,8 @@ EXIT_OK, EXIT_LEFT_ALONE, EXIT_INPUT = 0, 1, 2
 
 
 def run(req: render.Request, paths: list[str]) -> int:
-    from splitdns.kube.plan import PlanError
-    from splitdns.kube.workloads import InputError, inject_text
+    from splitdns.kube.deploy.plan import PlanError
+    from splitdns.kube.deploy.workloads import InputError, inject_text
 
     try:
         chosen = render.injection_settings(req)

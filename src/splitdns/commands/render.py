@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from splitdns.kube import manifests, sizing, webhook_manifests
-from splitdns.kube.image import DEFAULT_IMAGE
+from splitdns.kube.deploy import manifests, sizing, webhook_manifests
+from splitdns.kube.shared.image import DEFAULT_IMAGE
 
 if TYPE_CHECKING:
-    from splitdns.kube.inject import Settings
+    from splitdns.kube.deploy.inject import Settings
 
     # flags of `splitdns webhook`, its namespace -> the settings it injects with
     WebhookSettings = Callable[[list[str], str], Settings]
-    from splitdns.kube.plan import Plan
+    from splitdns.kube.deploy.plan import Plan
 
 EXIT_OK, EXIT_CLUSTER, EXIT_INPUT = 0, 1, 2
 
@@ -45,7 +45,7 @@ class Request:
     app_image: str = manifests.DEFAULT_APP_IMAGE
     vpn_image: str = manifests.DEFAULT_VPN_IMAGE
     management: str = "127.0.0.1:7505"
-    vpn: str | None = None            # a tunnel's word (kube/tunnels.py); None: what the zones name
+    vpn: str | None = None            # a tunnel's word (kube/tunnels/); None: what the zones name
     filter_aaaa: bool = False         # the tunnel zones answer AAAA with NODATA
     no_autopath: bool = False         # leave out autopath and k8s_schema (--no-autopath)
     src_valid_mark: bool = False      # the WireGuard pod's unsafe sysctl, for AllowedIPs 0.0.0.0/0
@@ -62,11 +62,11 @@ def files(req: Request, webhook_settings: WebhookSettings | None = None,
     `webhook_settings` reads the flags the rendered webhook runs with back into the settings it
     will inject (the command line's parser does that), so its ownership record is its own.
     `changes` receives what was changed in a Corefile carried into the pod (`--corefile`)."""
-    from splitdns.kube import render
-    from splitdns.kube.manifests import Options
+    from splitdns.kube.deploy import forms
+    from splitdns.kube.deploy.manifests import Options
 
     if req.form == "monitoring":
-        from splitdns.kube import monitoring
+        from splitdns.kube.deploy import monitoring
 
         return monitoring.render(req.namespace, req.webhook_namespace)
     if req.form == "webhook":
@@ -83,16 +83,16 @@ def files(req: Request, webhook_settings: WebhookSettings | None = None,
     if req.form == "cluster-wide":
         _refuse_losses(plan, "--cluster-wide", "the cluster-wide block holds")
     elif plan.corefile is not None and changes is not None:
-        from splitdns.kube import corefiles
+        from splitdns.kube.deploy import corefile_text
 
-        changes.extend(corefiles.in_pod_changes(plan)[1])
-    return render.render(plan, opts, req.form)
+        changes.extend(corefile_text.in_pod_changes(plan)[1])
+    return forms.render(plan, opts, req.form)
 
 
 def _refuse_losses(plan: Plan, form: str, what: str) -> None:
     """Forms built from the zones and upstreams alone refuse a Corefile they would not carry whole."""
-    from splitdns.kube import corefile_carry
-    from splitdns.kube.plan import PlanError
+    from splitdns.kube.deploy import corefile_carry
+    from splitdns.kube.deploy.plan import PlanError
 
     if plan.corefile is None:
         return
@@ -107,8 +107,8 @@ def _refuse_losses(plan: Plan, form: str, what: str) -> None:
 def injection_settings(req: Request, excluded: tuple[str, ...] = ()) -> Settings:
     """The injection settings the flags describe (`splitdns inject`, the webhook and its
     manifests); raises PlanError on missing or wrong inputs."""
-    from splitdns.kube.inject import ALWAYS_EXCLUDED, Settings
-    from splitdns.kube.plan import PlanError
+    from splitdns.kube.deploy.inject import ALWAYS_EXCLUDED, Settings
+    from splitdns.kube.deploy.plan import PlanError
 
     if req.resolver != "splitdns":
         raise PlanError("injection runs our image only (--resolver splitdns): the Corefile travels in an "
@@ -131,8 +131,7 @@ def vpn_image(req: Request, plan: Plan) -> str:
 
 def build_plan(req: Request) -> Plan:
     """The plan the flags describe (also what `splitdns inject` and `splitdns webhook` inject)."""
-    from splitdns.kube import corefile_model
-    from splitdns.kube.plan import (
+    from splitdns.kube.deploy.plan import (
         ClusterDNS,
         CorefileSource,
         PlanError,
@@ -140,6 +139,7 @@ def build_plan(req: Request) -> Plan:
         routes_from_corefile,
         upstream,
     )
+    from splitdns.kube.shared import lenient_corefile
 
     cluster: ClusterDNS | None = None
     if req.form == "cluster-wide":
@@ -148,7 +148,7 @@ def build_plan(req: Request) -> Plan:
         address = upstream(req.cluster_dns, "cluster DNS")
         cluster = ClusterDNS(address, f"given: --cluster-dns {req.cluster_dns}")
     elif req.from_cluster:
-        from splitdns.kube.cluster import read_kube_dns
+        from splitdns.kube.deploy.cluster import read_kube_dns
 
         cluster = read_kube_dns(req.kubeconfig, req.context)
     routes = []
@@ -156,7 +156,7 @@ def build_plan(req: Request) -> Plan:
     if req.corefile is not None:
         # Only here: reading a ConfigMap needs PyYAML, which the webhook's image does not hold.
         from splitdns.errors import ConfigError
-        from splitdns.kube import sources
+        from splitdns.kube.shared import sources
 
         try:
             src = sources.corefile_at(req.corefile)
@@ -167,7 +167,7 @@ def build_plan(req: Request) -> Plan:
         # The Corefile's lines as the file's (a ConfigMap's data.Corefile starts further down), so
         # the rendered "from FILE:LINE" points where the user looks.
         lines_above = "\n" * (src.offset if src.anchor is None else 0)
-        routes = routes_from_corefile(corefile_model.read(lines_above + src.text, req.corefile))
+        routes = routes_from_corefile(lenient_corefile.read(lines_above + src.text, req.corefile))
         source = CorefileSource(lines_above + src.text, req.corefile)
     form = req.form
     return build(req.zones, routes, cluster, req.probes, resolver="coredns" if form == "cluster-wide"
@@ -178,8 +178,8 @@ def build_plan(req: Request) -> Plan:
 
 
 def run(req: Request, webhook_settings: WebhookSettings | None = None) -> int:
-    from splitdns.kube.cluster import ClusterReadError
-    from splitdns.kube.plan import PlanError
+    from splitdns.kube.deploy.cluster import ClusterReadError
+    from splitdns.kube.deploy.plan import PlanError
 
     changes: list[str] = []
     try:

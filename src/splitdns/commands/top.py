@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rich.console import RenderableType
 
 EXIT_OK, EXIT_UNREACHABLE, EXIT_INPUT = 0, 1, 2
-METRICS_PORT_NAME = "dns-metrics"  # kube.manifests' name for the resolver's metrics port
+METRICS_PORT_NAME = "dns-metrics"  # kube.deploy.manifests' name for the resolver's metrics port
 PIPE_WIDTH = 1000  # columns of a view written to a pipe: wider than any table top draws
 FORWARDING = re.compile(r"Forwarding from 127\.0\.0\.1:(\d+)")
 

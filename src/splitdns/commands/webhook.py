@@ -34,12 +34,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from splitdns.kube import admission
+from splitdns.kube.deploy import admission
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from splitdns.kube.inject import Settings
+    from splitdns.kube.deploy.inject import Settings
 
 EXIT_OK, EXIT_START, EXIT_INPUT = 0, 1, 2
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
