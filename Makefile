@@ -42,7 +42,7 @@ define apt_missing
 	fi
 endef
 
-.PHONY: run test test-fast test-e2e test-hostile venv deps-debian deps-image lint typecheck pytest lab-up lab-down lab-status clean
+.PHONY: run install test test-fast test-e2e test-hostile venv deps-debian deps-image lint typecheck pytest lab-up lab-down lab-status clean
 
 run: $(VENV)/.run-installed
 	$(BIN)/splitdns demo
@@ -55,6 +55,11 @@ $(VENV)/.run-installed: pyproject.toml
 	@echo "installing splitdns and what its commands need into $(VENV) (the test tools come with make test)"
 	$(BIN)/pip install --progress-bar on -e .
 	touch $@
+
+# The CLI on PATH: /usr/local/bin/splitdns, a link to the virtualenv's (what `make run` set up).
+install: $(VENV)/.run-installed
+	ln -sf $(CURDIR)/$(BIN)/splitdns /usr/local/bin/splitdns
+	@echo "splitdns is /usr/local/bin/splitdns (a link to $(CURDIR)/$(BIN)/splitdns)"
 
 test: deps-debian deps-image venv lint typecheck pytest
 

@@ -44,8 +44,9 @@ def add_explain(commands: argparse._SubParsersAction[Parser]) -> None:
         "explain", help="Say which block, forward and upstreams answer a name, and why.",
         description="Say which server block answers NAME, which forward and upstreams, and why (a zone "
                     "owns a name only when it is the name's last whole labels), also for names no "
-                    "block owns. Exit codes: 0 explained, 2 the Corefile cannot be read or parsed, "
-                    "70 internal error.")
+                    "block owns.",
+        epilog="exit codes:\n  0  explained\n  2  the Corefile cannot be read or parsed\n"
+               "  70 internal error (a bug in splitdns)")
     p.add_argument("name", metavar="NAME", help="The name to explain, or an address (its reverse name).")
     p.add_argument("-conf", "--conf", "--corefile", dest="conf", default="Corefile", metavar="FILE",
                    help="The Corefile (default ./Corefile), or the ConfigMap YAML that holds one.")

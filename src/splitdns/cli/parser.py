@@ -45,7 +45,8 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
     """Every command, its flags and its help texts; `prog` is how the user called us."""
     parser = Parser(
         prog=prog,
-        description="An in-pod split-DNS resolver for pods with an OpenVPN sidecar.",
+        description="An in-pod split-DNS resolver for pods with a VPN sidecar (OpenVPN, WireGuard, "
+                    "OpenConnect or strongSwan).",
         epilog=f"exit codes common to every command:\n  {EXIT_INTERNAL}  internal error: a bug in "
                "splitdns, not in your input; one line names the input and the error (the traceback "
                "with --debug or SPLITDNS_DEBUG=1). Please report it.\n"
@@ -61,9 +62,9 @@ def build_parser(prog: str = "splitdns") -> argparse.ArgumentParser:
 
     p = commands.add_parser("serve", help="Run the resolver configured by a Corefile.",
         description="Run the resolver configured by a Corefile. Accepts CoreDNS's -conf and "
-                    "-dns.port, so a pod spec written for CoreDNS works unchanged. Exit codes: "
-                    "0 stopped cleanly, 1 could not start (port in use, ...), 2 bad Corefile, "
-                    "70 internal error.")
+                    "-dns.port, so a pod spec written for CoreDNS works unchanged.",
+        epilog="exit codes:\n  0  stopped cleanly\n  1  could not start (port in use, ...)\n"
+               "  2  bad Corefile\n  70 internal error (a bug in splitdns)")
     p.add_argument("-conf", "--conf", "--corefile", dest="conf", default="Corefile", metavar="FILE",
                    help="The Corefile to load (default: ./Corefile).")
     p.add_argument("-dns.port", "--dns-port", dest="port", type=_port, default=None,

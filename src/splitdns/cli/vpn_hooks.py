@@ -17,9 +17,10 @@ def add_openvpn_hook(commands: argparse._SubParsersAction[Parser]) -> None:
                     "the absolute path, OpenVPN passes no PATH). Reads the pushed DNS servers and "
                     "domains from OpenVPN's environment (dhcp-option and OpenVPN 2.6 dns options) and "
                     "writes them, with up or down, atomically to the state file that an `openvpn { "
-                    "state FILE }` block of splitdns serve watches. Exit codes: 0 written, 1 the file "
-                    "could not be written (OpenVPN then stops the connection), 2 not run by OpenVPN "
-                    "as an up or down script, 70 internal error.")
+                    "state FILE }` block of splitdns serve watches.",
+        epilog="exit codes:\n  0  written\n  1  the file could not be written (OpenVPN then stops the "
+               "connection)\n  2  not run by OpenVPN as an up or down script\n"
+               "  70 internal error (a bug in splitdns)")
     p.add_argument("--state", required=True, metavar="FILE", help="The state file to write.")
     p.add_argument("openvpn_args", nargs="*", help=argparse.SUPPRESS)
 
