@@ -18,9 +18,10 @@ Tests: tests/test_openconnect.py, tests/test_openconnect_lab.py.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
+
+from splitdns.commands import vpn_script
 
 DEFAULT_STATE = "/run/splitdns/openconnect"
 HOOK_NAME = "vpnc-script"
@@ -92,13 +93,7 @@ exit $rc
 
 def install(directory: str) -> Path:
     """Write the script as DIR/vpnc-script, executable by everyone (the VPN container's user)."""
-    target = Path(directory) / HOOK_NAME
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".{HOOK_NAME}.{os.getpid()}")
-    tmp.write_text(SCRIPT, encoding="utf-8")
-    tmp.chmod(0o755)
-    os.replace(tmp, target)
-    return target
+    return vpn_script.install(directory, HOOK_NAME, SCRIPT)
 
 
 def run(directory: str) -> int:

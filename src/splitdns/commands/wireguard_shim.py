@@ -15,9 +15,10 @@ Tests: tests/test_wireguard.py.
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
+
+from splitdns.commands import vpn_script
 
 DEFAULT_DIR = "/run/splitdns"
 
@@ -84,13 +85,7 @@ esac
 
 def install(directory: str) -> Path:
     """Write the script as DIR/resolvconf, executable by everyone (the VPN container's user)."""
-    target = Path(directory) / "resolvconf"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".resolvconf.{os.getpid()}")
-    tmp.write_text(SCRIPT, encoding="utf-8")
-    tmp.chmod(0o755)
-    os.replace(tmp, target)
-    return target
+    return vpn_script.install(directory, "resolvconf", SCRIPT)
 
 
 def run(directory: str) -> int:

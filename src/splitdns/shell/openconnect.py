@@ -8,7 +8,6 @@ Tests: tests/test_openconnect.py, tests/test_openconnect_lab.py.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from pathlib import Path
 
@@ -19,10 +18,8 @@ from splitdns.shell import tunnel_watcher
 from splitdns.shell.watched_file import WatchedFile
 from splitdns.shell.wireguard import link_up
 
-POLL = 0.2          # a change is seen within 200 ms
 
-
-class Watcher(tunnel_watcher.Watcher):
+class Watcher(tunnel_watcher.Polled):
     """Keeps the latest TunnelState for one `openconnect` spec and reports every change."""
 
     log_as = "plugin/openconnect"
@@ -33,12 +30,6 @@ class Watcher(tunnel_watcher.Watcher):
         self.file = WatchedFile(Path(spec.state_file))
         self._recorded: oc.Recorded | None = None
         self._error = ""
-
-    async def run(self) -> None:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            while True:
-                self.look(probe)
-                await asyncio.sleep(POLL)
 
     def look(self, probe: socket.socket | None = None) -> tunnel.TunnelState:
         """One look at the state file and the device; the new state is reported if it changed."""

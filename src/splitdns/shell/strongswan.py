@@ -10,7 +10,6 @@ Tests: tests/test_strongswan.py, tests/test_strongswan_lab.py.
 
 from __future__ import annotations
 
-import asyncio
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -22,10 +21,8 @@ from splitdns.shell import tunnel_watcher
 from splitdns.shell.watched_file import WatchedFile
 from splitdns.shell.wireguard import link_up
 
-POLL = 0.2          # a change is seen within 200 ms
 
-
-class Watcher(tunnel_watcher.Watcher):
+class Watcher(tunnel_watcher.Polled):
     """Keeps the latest TunnelState for one `strongswan` spec and reports every change."""
 
     log_as = "plugin/strongswan"
@@ -40,12 +37,6 @@ class Watcher(tunnel_watcher.Watcher):
         self._error = ""
         self._written_under: int | None = None
         self._looked = False
-
-    async def run(self) -> None:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            while True:
-                self.look(probe)
-                await asyncio.sleep(POLL)
 
     def look(self, probe: socket.socket | None = None) -> tunnel.TunnelState:
         """One look at the file and the device; the new state is reported if it changed."""

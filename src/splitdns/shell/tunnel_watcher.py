@@ -6,6 +6,8 @@ Tests: tests/test_tunnel_kinds.py, tests/test_tunnel_serve.py.
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from collections.abc import Callable
 from typing import Any
 
@@ -41,3 +43,20 @@ class Watcher:
                       + (f", {self.dns_words} {servers}" if state.up else ""))
         self.state = state
         self.on_change(state)
+
+
+class Polled(Watcher):
+    """A watcher whose sources are files and interfaces it looks at every POLL seconds (WireGuard,
+    OpenConnect, strongSwan); `look` is the kind's one look, with a socket for interface lookups."""
+
+    POLL = 0.2  # a change is seen within 200 ms
+
+    async def run(self) -> None:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            while True:
+                self.look(probe)
+                await asyncio.sleep(self.POLL)
+
+    def look(self, probe: socket.socket | None = None) -> tunnel.TunnelState:
+        """One look at every source; the new state is reported if it changed."""
+        raise NotImplementedError

@@ -9,7 +9,6 @@ Tests: tests/test_wireguard.py, tests/test_wireguard_lab.py.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import os
@@ -30,7 +29,6 @@ from splitdns.directives.wireguard import WireGuardSpec
 from splitdns.shell import tunnel_watcher
 from splitdns.shell.attempt import bind_device
 
-POLL = 0.2          # a change is seen within 200 ms
 POKE_INTERVAL = 5.0  # WireGuard retries a handshake every 5 s (REKEY_TIMEOUT) while there is traffic
 SIOCGIFFLAGS = 0x8913
 IFF_UP = 0x1
@@ -43,7 +41,7 @@ Stamp = tuple[int, int, int] | None
 _RANDOM = random.SystemRandom()
 
 
-class Watcher(tunnel_watcher.Watcher):
+class Watcher(tunnel_watcher.Polled):
     """Keeps the latest TunnelState for one `wireguard` spec and reports every change."""
 
     log_as = "plugin/wireguard"
@@ -55,12 +53,6 @@ class Watcher(tunnel_watcher.Watcher):
         self.wall = wall
         self._files: dict[str, tuple[Stamp, str | None]] = {}
         self._poked = 0.0
-
-    async def run(self) -> None:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-            while True:
-                self.look(probe)
-                await asyncio.sleep(POLL)
 
     def look(self, probe: socket.socket | None = None) -> tunnel.TunnelState:
         """One look at every source; the new state is reported if it changed."""
