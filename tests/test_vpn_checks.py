@@ -51,6 +51,14 @@ def test_settings_on_one_line_and_sections_are_read_as_strongswan_reads_them() -
     assert swan.behind_tunnel("10.1.2.3") and not swan.behind_tunnel("10.2.0.1")
 
 
+def test_an_include_check_does_not_follow_is_named_in_the_finding(tmp_path: Path) -> None:
+    conf = ("charon {\n    load_modular = yes\n    plugins {\n        include strongswan.d/charon/*.conf\n"
+            "    }\n}\n")
+    ((code, line, message),) = found(tmp_path, strongswan_conf=conf)
+    assert (code, line) == ("SD309", 1)
+    assert "does not follow `include strongswan.d/charon/*.conf`" in message
+
+
 def test_a_resolve_plugin_turned_off_brings_no_dns_for_a_strongswan_block(tmp_path: Path) -> None:
     conf = (CASES / "SD309" / "good" / "strongswan.conf").read_text().replace(
         "        resolve {\n", "        resolve {\n            load = no\n")

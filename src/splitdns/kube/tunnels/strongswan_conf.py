@@ -43,6 +43,7 @@ class StrongswanConfig:
     which: str                        # STRONGSWAN_CONF or SWANCTL_CONF
     settings: list[Setting] = field(default_factory=list)
     sections: dict[tuple[str, ...], int] = field(default_factory=dict)  # each section's first line
+    includes: list[str] = field(default_factory=list)                   # what `include` names (not read)
     connections: list[Connection] = field(default_factory=list)
 
     def get(self, *key: str) -> Setting | None:
@@ -95,7 +96,9 @@ def parse(text: str, path: str) -> StrongswanConfig:
                 value, rest = _value(rest[match.end():])
                 conf.settings.append(Setting((*stack, match.group(1)), value, number))
             else:
-                break  # `include`, or what strongSwan would refuse: not ours to judge
+                if rest.startswith("include") and len(rest.split()) > 1:
+                    conf.includes.append(rest.split()[1])
+                break  # or what strongSwan would refuse: not ours to judge
     _connections(conf)
     return conf
 

@@ -76,7 +76,8 @@ def _resolve_file(conf: StrongswanConfig, wanted: list[str]) -> list[Finding]:
         line = next((conf.sections[(d,)] for d in _DAEMONS if (d,) in conf.sections), 1)
         return [Finding(conf.path, line, "SD309",
                         "the resolve plugin's file is not set, so charon writes the DNS servers to "
-                        f"/etc/resolv.conf, the pod's (and the resolver's): set {RESOLVE_SETTINGS}")]
+                        f"/etc/resolv.conf, the pod's (and the resolver's): set {RESOLVE_SETTINGS}"
+                        + _unread(conf))]
     daemon, value, line = found
     if value in wanted:
         return []
@@ -84,6 +85,13 @@ def _resolve_file(conf: StrongswanConfig, wanted: list[str]) -> list[Finding]:
                     f"{daemon}.plugins.resolve.file = {value}, but the `strongswan` block reads "
                     f"{' and '.join(wanted)}: write the same path in both (the file in the volume "
                     "the resolver shares with the strongSwan container)")]
+
+
+def _unread(conf: StrongswanConfig) -> str:
+    if not conf.includes:
+        return ""
+    return (f" (check does not follow `include {conf.includes[0]}`: set the file here, where it is seen, "
+            "or give the included file to check instead)")
 
 
 def _resolve_off(conf: StrongswanConfig, blocks: list[tuple[str, str]]) -> list[Finding]:
