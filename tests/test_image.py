@@ -216,7 +216,7 @@ def test_each_image_serves_its_commands(built: Built) -> None:
                           check=True).stdout
     tools = [c for c in ("webhook", "check", "render", "inject", "doctor", "explain")
              if re.search(rf"\b{c}\b", ours)]
-    resolver = ["serve", "verify", "openvpn-hook", "wireguard-shim"]
+    resolver = ["serve", "verify", "openvpn-hook", "wireguard-shim", "openconnect-hook"]
     for run, commands in ((in_image, resolver), (in_tools, tools)):
         for command in commands:
             done = run(built, command, "--help", entrypoint="splitdns")

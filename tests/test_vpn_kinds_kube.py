@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import subprocess
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate  # type: ignore[import-untyped]
@@ -14,6 +15,7 @@ import yaml
 
 from splitdns import cli
 from splitdns.commands import openconnect_hook, render
+from splitdns.kube.check import checker
 from splitdns.kube.deploy import inject
 from splitdns.kube.tunnels import openconnect_pod, strongswan_pod
 from tests.lab import openconnect as oc_lab
@@ -127,13 +129,30 @@ def test_an_openconnect_container_without_our_hook_is_the_resolv_conf_trap(
 
 
 @pytest.mark.parametrize(("conf", "said"), [
-    ("charon {\n  load_modular = yes\n}\n", "does not set the resolve plugin's file"),
+    ("charon {\n  load_modular = yes\n}\n", "the resolve plugin's file is not set"),
     ("charon {\n  plugins {\n    resolve {\n      # file = /run/splitdns/resolv.conf\n    }\n  }\n}\n",
-     "does not set the resolve plugin's file"),
+     "the resolve plugin's file is not set"),
     ("charon {\n  plugins {\n    resolve {\n      file = /etc/resolv.conf\n    }\n  }\n}\n",
-     "has the resolve plugin write /etc/resolv.conf"),
+     "charon.plugins.resolve.file = /etc/resolv.conf, but the `strongswan` block reads "
+     "/run/splitdns/resolv.conf"),
+    ("charon-systemd {\n  plugins {\n    resolve {\n      file = /run/resolv.conf\n    }\n  }\n}\n",
+     "charon-systemd.plugins.resolve.file = /run/resolv.conf"),
     ("charon {\n  plugins {\n    resolve {\n      file = /run/splitdns/resolv.conf\n    }\n  }\n}\n", None),
+    # What apply_steps tells the user to write, on one line as it says it.
+    (strongswan_pod.RESOLVE_SETTINGS + "\n", None),
 ])
-def test_a_resolve_plugin_left_writing_resolv_conf_is_the_trap(conf: str, said: str | None) -> None:
-    advice = strongswan_pod.resolve_advice(conf)
-    assert advice is None if said is None else (advice is not None and said in advice)
+def test_a_resolve_plugin_left_writing_resolv_conf_is_the_trap(conf: str, said: str | None,
+                                                                tmp_path: Path) -> None:
+    (tmp_path / "strongswan.conf").write_text(conf)
+    found = [f.message for f in checker.check([str(tmp_path / "strongswan.conf")], checker.Options())
+             if f.code == "SD309"]
+    assert found == [] if said is None else (len(found) == 1 and said in found[0])
+
+
+def test_the_resolve_file_must_be_the_one_the_block_reads(tmp_path: Path) -> None:
+    (tmp_path / "Corefile").write_text(".:53 {\n    forward . 10.96.0.10\n}\nsvc.acme.internal:53 {\n"
+                                       "    strongswan {\n        resolve /run/vpn/resolv.conf\n    }\n}\n")
+    (tmp_path / "strongswan.conf").write_text(strongswan_pod.RESOLVE_SETTINGS + "\n")
+    found = checker.check([str(tmp_path / "Corefile"), str(tmp_path / "strongswan.conf")], checker.Options())
+    assert [(f.code, f.line) for f in found] == [("SD309", 1)]
+    assert "the `strongswan` block reads /run/vpn/resolv.conf" in found[0].message

@@ -28,8 +28,8 @@ _TABLE = (
     # Input.
     Code("SD001", ERROR, "file cannot be read or recognised",
          "check cannot vouch for a file it could not read.",
-         "pass a Corefile, Kubernetes YAML, an OpenVPN client config (.ovpn/.conf) or a wg-quick "
-         "config."),
+         "pass a Corefile, Kubernetes YAML, an OpenVPN client config (.ovpn/.conf), a wg-quick "
+         "config, strongswan.conf, swanctl.conf or ocserv.conf."),
     Code("SD002", ERROR, "YAML does not parse",
          "kubectl would refuse the file before anything reaches the cluster.",
          "fix the YAML syntax at the line shown."),
@@ -196,6 +196,49 @@ _TABLE = (
          "the tunnel zone never answers.",
          "correct the line named in the message (the config starts with [Interface]; keys are 44 "
          "characters of base64; prefixes fit the address; Endpoint is HOST:PORT)."),
+    # strongSwan.
+    Code("SD309", ERROR, "strongSwan resolve plugin writes elsewhere than the resolver reads",
+         "charon's resolve plugin writes the DNS servers an IKE SA received to "
+         "charon.plugins.resolve.file, /etc/resolv.conf unless set: in a pod that is the file every "
+         "container shares (charon fails on it with \"deleting /etc/resolv.conf failed: Resource busy\" "
+         "or takes the pod's name resolution from the resolver), and the `strongswan` block, which "
+         "follows its own file, never learns the tunnel's DNS.",
+         "set charon.plugins.resolve.file to the file the `strongswan` block reads "
+         "(/run/splitdns/resolv.conf, in the volume shared with the resolver) and resolvconf's path "
+         "to a program that does not exist (resolvconf { path = /nonexistent })."),
+    Code("SD310", ERROR, "strongSwan remote traffic selectors take the cluster's addresses",
+         "charon routes remote_ts into the tunnel: the cluster DNS, Services and pods behind it are "
+         "then asked through the gateway, and cluster names and Services stop working.",
+         "list only the networks behind the gateway in the children's remote_ts (without the "
+         "cluster DNS and its Service range)."),
+    Code("SD311", ERROR, "strongSwan brings no DNS for a `strongswan` block",
+         "the block forwards to the DNS servers the resolve plugin writes; charon asks the gateway "
+         "for DNS only with a virtual IP (a connection's `vips`), and writes nothing with the "
+         "plugin off, so the tunnel zone never answers (a rendered pod never gets past the "
+         "strongSwan sidecar's startup probe).",
+         "add `vips = 0.0.0.0` (and `::` for IPv6) to the connection, have the gateway hand DNS "
+         "with it (its pool's `dns`), and keep the resolve plugin loaded."),
+    # OpenConnect.
+    Code("SD312", ERROR, "openconnect runs the stock vpnc-script",
+         "without our --script, openconnect's vpnc-script writes the pushed DNS to /etc/resolv.conf "
+         "(or hands it to resolvconf or resolvectl): in a pod that file is every container's, so it "
+         "takes name resolution from the in-pod resolver, and the `openconnect` block never learns "
+         "the tunnel's DNS.",
+         "run openconnect with --script /splitdns/bin/vpnc-script, written by an init container of "
+         "the splitdns image (`splitdns openconnect-hook /splitdns/bin`, what `splitdns inject "
+         "--vpn openconnect` adds)."),
+    Code("SD313", ERROR, "OpenConnect routes take the cluster's addresses",
+         "the gateway's `route =` lines are the split-include routes openconnect's vpnc-script "
+         "installs (none, or `default`, is a full tunnel): the cluster DNS, Services and pods "
+         "behind them are then asked through the VPN, and cluster names and Services stop working.",
+         "list only the networks behind the gateway in `route =`, or add `no-route =` for the "
+         "cluster DNS and its Service range."),
+    Code("SD314", ERROR, "OpenConnect gateway pushes no DNS for an `openconnect` block",
+         "the block forwards to the DNS servers the gateway pushes (ocserv's `dns =`); without one, "
+         "the hook records none and the tunnel zone never answers (a rendered pod never gets past "
+         "the OpenConnect sidecar's startup probe).",
+         "add `dns = ADDRESS` (the DNS server behind the gateway) to ocserv.conf, with `split-dns =` "
+         "for the zone's domains."),
     # Manifests.
     Code("SD401", ERROR, "manifest does not match the Kubernetes schema",
          "the API server of that version rejects it (strict: unknown fields such as typos fail too).",

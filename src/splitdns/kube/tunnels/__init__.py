@@ -14,9 +14,13 @@ from __future__ import annotations
 from splitdns import directives
 from splitdns.kube.shared.tunnel_kind import ConfigFormat, Doc, Kind, Sidecar
 from splitdns.kube.tunnels import (
+    openconnect_conf,
+    openconnect_lint,
     openconnect_pod,
     openvpn_conf,
     openvpn_pod,
+    strongswan_conf,
+    strongswan_lint,
     strongswan_pod,
     wireguard_conf,
     wireguard_lint,
@@ -43,12 +47,16 @@ OPENCONNECT = Kind(
     upstream_text="the DNS the OpenConnect gateway pushes",
     default_image=openconnect_pod.DEFAULT_IMAGE, corefile=openconnect_pod.corefile,
     example=openconnect_pod.example, apply_steps=openconnect_pod.apply_steps, advice=openconnect_pod.advice,
+    config=ConfigFormat(openconnect_conf.looks_like, openconnect_conf.parse),  # the gateway's ocserv.conf
+    lints=openconnect_lint.check,
     sidecar=Sidecar(openconnect_pod.SECRET, openconnect_pod.prepare, openconnect_pod.add,
                     openconnect_pod.patched))
 STRONGSWAN = Kind(
     directives.STRONGSWAN, learned_from="charon", upstream_text="the DNS an IKE SA received",
     default_image=strongswan_pod.DEFAULT_IMAGE, corefile=strongswan_pod.corefile,
     example=strongswan_pod.example, apply_steps=strongswan_pod.apply_steps,
+    config=ConfigFormat(strongswan_conf.looks_like, strongswan_conf.parse),  # strongswan.conf, swanctl.conf
+    lints=strongswan_lint.check,
     sidecar=Sidecar(strongswan_pod.SECRET, strongswan_pod.prepare, strongswan_pod.add,
                     strongswan_pod.patched))
 

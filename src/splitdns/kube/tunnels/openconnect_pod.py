@@ -13,7 +13,8 @@ The openconnect container gets NET_ADMIN and nothing else (the tun device, its a
 routes: the namespace lab runs openconnect so); the resolver mounts the run volume read-only and
 follows it through `openconnect { state /run/splitdns/openconnect }`. `advice` is the trap of a
 pod's own openconnect container: without our `--script`, the stock vpnc-script rewrites the
-resolver's /etc/resolv.conf. Pure data, as `manifests`.
+resolver's /etc/resolv.conf (`check` reports it of any pod spec: `unhooked`, SD312). Pure data,
+as `manifests`.
 Tests: tests/test_vpn_kinds_kube.py.
 """
 
@@ -125,8 +126,16 @@ def apply_steps(plan: PlanView) -> Steps:
 def advice(spec: Doc, plan: PlanView) -> str | None:
     """A sentence for the first openconnect container of the pod that runs without our vpnc-script
     (the stock one rewrites the resolver's /etc/resolv.conf), or None."""
+    found = unhooked(spec)
+    return found[0][2] if found else None
+
+
+def unhooked(spec: Doc) -> list[tuple[str, int, str]]:
+    """Each openconnect container of the pod that runs without our vpnc-script: where it is
+    (containers key, index) and what to say of it (what `check` reports, SD312)."""
+    out = []
     for key in ("initContainers", "containers"):
-        for c in spec.get(key) or []:
+        for index, c in enumerate(spec.get(key) or []):
             if not isinstance(c, dict) or is_ours(c):
                 continue
             words = _words(c)
@@ -134,13 +143,14 @@ def advice(spec: Doc, plan: PlanView) -> str | None:
                 continue
             script = _script(words)
             if script is not None and script.rsplit("/", 1)[-1] == HOOK_NAME and script not in STOCK_SCRIPTS:
-                return None
+                continue
             said = f"with --script {script}" if script else "without --script"
-            return (f"container {c.get('name')} runs openconnect {said}: the stock vpnc-script "
-                    "rewrites /etc/resolv.conf, which is the resolver's; run it with --script "
-                    f"{HOOK} (written by `splitdns openconnect-hook {BIN_DIR}`), which records the "
-                    "pushed DNS for the resolver and leaves resolv.conf alone")
-    return None
+            out.append((key, index,
+                        f"container {c.get('name')} runs openconnect {said}: the stock vpnc-script "
+                        "rewrites /etc/resolv.conf, which is the resolver's; run it with --script "
+                        f"{HOOK} (written by `splitdns openconnect-hook {BIN_DIR}`), which records the "
+                        "pushed DNS for the resolver and leaves resolv.conf alone"))
+    return out
 
 
 def _words(c: Doc) -> list[str]:

@@ -14,14 +14,12 @@ NET_BIND_SERVICE (IKE's UDP ports 500 and 4500): the namespace lab runs charon s
 bind those ports without the second. It empties the resolve file before charon starts: an
 emptyDir outlives a container restart, and lines a killed charon left would name a server no SA
 holds. The resolver mounts the run volume read-only and follows it through `strongswan {
-resolve ... }`. `resolve_advice` is the trap in the user's strongswan.conf: a `resolve` plugin
-still writing /etc/resolv.conf. Pure data, as `manifests`.
+resolve ... }`. The traps of the user's strongswan.conf and swanctl.conf (a `resolve` plugin
+still writing /etc/resolv.conf, ...) are `check`'s: strongswan_lint. Pure data, as `manifests`.
 Tests: tests/test_vpn_kinds_kube.py.
 """
 
 from __future__ import annotations
-
-import re
 
 from splitdns.kube.shared.tunnel_kind import Doc, PlanView, Steps
 from splitdns.kube.tunnels.file_sidecar import Parts
@@ -44,9 +42,9 @@ SCRIPT = (f": > {RESOLVE_FILE}\n"
           f"swanctl --load-all --file {SECRET_DIR}/swanctl.conf\n"
           "trap 'kill $!' TERM INT\n"
           "wait $!\n")
-# What the user's strongswan.conf must say, for apply_steps and the advice.
+# What the user's strongswan.conf must say, for apply_steps and check's SD309.
 RESOLVE_SETTINGS = (f"charon {{ plugins {{ resolve {{ file = {RESOLVE_FILE}  resolvconf {{ path = "
-                    "/nonexistent }} }} }} }}")
+                    "/nonexistent } } } }")
 
 
 def corefile(plan: PlanView) -> list[str]:
@@ -105,20 +103,3 @@ def apply_steps(plan: PlanView) -> Steps:
         "to be handed a virtual IP and DNS, start_action = start):",
         f"  kubectl -n {plan.namespace} create secret generic {SECRET} --from-file=strongswan.conf "
         "--from-file=swanctl.conf"]]
-
-
-_RESOLVE_FILE = re.compile(r"\bresolve\s*\{[^{}]*?\bfile\s*=\s*(\S+)", re.S)
-
-
-def resolve_advice(strongswan_conf: str) -> str | None:
-    """What is wrong with where the user's strongswan.conf has the resolve plugin write, or None.
-    (A plain look for `resolve { ... file = ... }`; includes are not followed.)"""
-    match = _RESOLVE_FILE.search(re.sub(r"#[^\n]*", "", strongswan_conf))
-    if match is None:
-        return (f"strongswan.conf does not set the resolve plugin's file, so charon writes the DNS "
-                f"servers to /etc/resolv.conf, the resolver's (in a container: \"deleting "
-                f"/etc/resolv.conf failed: Resource busy\"); set {RESOLVE_SETTINGS}")
-    if match.group(1) != RESOLVE_FILE:
-        return (f"strongswan.conf has the resolve plugin write {match.group(1)}; the resolver reads "
-                f"{RESOLVE_FILE} (strongswan {{ resolve {RESOLVE_FILE} }}): set {RESOLVE_SETTINGS}")
-    return None
