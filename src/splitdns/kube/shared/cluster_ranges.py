@@ -3,7 +3,7 @@ upstream of the pod-side Corefiles' catch-all and cluster blocks is the cluster 
 IP), and where it lies in a distribution's default Service range (kubeadm's 10.96.0.0/12, k3s's
 10.43.0.0/16) that range is named too. Nothing else is guessed: the corp network behind the VPN
 is private too. Every kind's lints of routes into the tunnel read it.
-Tests: tests/test_wireguard_check.py, tests/test_check.py.
+Tests: tests/test_wireguard_check.py, tests/test_check.py, tests/test_vpn_kinds_kube.py.
 """
 
 from __future__ import annotations

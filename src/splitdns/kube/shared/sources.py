@@ -1,6 +1,6 @@
 """The inputs of `splitdns check`, recognised and read: Corefiles (plain or inside a ConfigMap),
 workloads with their pod spec, VPN client configs, and every YAML document with its lines.
-Tests: tests/test_wireguard_check.py.
+Tests: tests/test_wireguard_check.py, tests/test_vpn_checks.py.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """What the sidecars that hand DNS over in a shared volume (OpenConnect's, strongSwan's) do alike
 to a pod spec: tell theirs from the pod's own, take out an earlier injection's, see a clash of
 names, and place themselves after the resolver. Pure data; each kind's module names its parts.
-Tests: tests/test_vpn_kinds_kube.py.
+Tests: tests/test_vpn_kinds_kube.py, tests/test_vpn_checks.py.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 the DNS it pushes (`dns =`) and the split-include routes (`route =`, less `no-route =`) that
 openconnect's vpnc-script installs in the pod. openconnect's own command line names no route:
 they come from the gateway, so the gateway's config is what `check` can read for them.
-Tests: tests/test_check.py (SD313, SD314).
+Tests: tests/test_check.py, tests/test_vpn_checks.py.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ an `openconnect` block.
 The routes and the DNS are the gateway's: openconnect's command line names none, so they are
 checked where they are written, in the ocserv.conf given to check (a gateway of another make
 is not read). Which cluster ranges are known: kube/shared/cluster_ranges.py.
-Tests: tests/test_check.py (SD312-SD314), tests/test_vpn_kinds_kube.py.
+Tests: tests/test_check.py, tests/test_vpn_kinds_kube.py, tests/test_vpn_checks.py.
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ the `resolve` plugin writes the DNS an IKE SA received) and swanctl.conf (the co
 virtual IP they ask for, which is what makes charon ask for DNS at all, and the remote traffic
 selectors routed into the tunnel). Both are in strongSwan's settings syntax: `name { ... }`
 sections and `key = value` lines, `#` comments; `include` is not followed.
-Tests: tests/test_check.py (SD309-SD311), tests/test_vpn_kinds_kube.py.
+Tests: tests/test_check.py, tests/test_vpn_kinds_kube.py, tests/test_vpn_checks.py.
 """
 
 from __future__ import annotations

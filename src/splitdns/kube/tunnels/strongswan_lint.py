@@ -8,7 +8,7 @@ resolve plugin's request for DNS servers) only for a connection with `vips`, so 
 connections without `vips` get no DNS, whatever the gateway offers; a `resolve` plugin turned off
 (`load = no`) writes none. Whether the gateway hands DNS with the virtual IP is its config, which
 check does not see.
-Tests: tests/test_check.py (SD309-SD311).
+Tests: tests/test_check.py, tests/test_vpn_kinds_kube.py, tests/test_vpn_checks.py.
 """
 
 from __future__ import annotations

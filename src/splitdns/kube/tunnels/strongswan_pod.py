@@ -16,7 +16,7 @@ emptyDir outlives a container restart, and lines a killed charon left would name
 holds. The resolver mounts the run volume read-only and follows it through `strongswan {
 resolve ... }`. The traps of the user's strongswan.conf and swanctl.conf (a `resolve` plugin
 still writing /etc/resolv.conf, ...) are `check`'s: strongswan_lint. Pure data, as `manifests`.
-Tests: tests/test_vpn_kinds_kube.py.
+Tests: tests/test_vpn_kinds_kube.py, tests/test_vpn_checks.py.
 """
 
 from __future__ import annotations
