@@ -49,7 +49,7 @@ WARM_ROUNDS = 5  # reviews per connection before the clock starts
 STDLIB_SERVER = """
 import http.server, ssl, sys
 from splitdns.commands import render
-from splitdns.kube import admission
+from splitdns.kube.deploy import admission
 settings = render.injection_settings(
     render.Request(zones=["svc.acme.internal=openvpn"], cluster_dns="10.96.0.10"))
 class Handler(http.server.BaseHTTPRequestHandler):

@@ -363,7 +363,7 @@ def test_the_webhook_needs_only_its_extra_not_the_render_dependencies() -> None:
         "import json, sys\n"
         "from splitdns import cli\n"
         "from splitdns.commands import render, webhook\n"
-        "from splitdns.kube import admission\n"
+        "from splitdns.kube.deploy import admission\n"
         "s = render.injection_settings(\n"
         "    render.Request(zones=['svc.acme.internal=openvpn'], cluster_dns='10.96.0.10'))\n"
         "pod = {'metadata': {'labels': {'splitdns.dev/inject': 'true'}}, 'spec': {'containers': []}}\n"

@@ -33,6 +33,7 @@ from .netns import LabError, kill_ns_processes, ns_run, run
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBE_DNS, CATCH_ALL, TUNNEL_DNS = "127.0.0.21", "127.0.0.22", "127.0.0.23"
+TUNNEL_ZONE = "svc.acme.internal"
 UPSTREAMS = {"kube-dns": KUBE_DNS, "catch-all": CATCH_ALL, "tunnel": TUNNEL_DNS}
 CLIENTS = ("getent", "python", "musl")
 PY_LOOKUP = ("import socket, sys\ntry:\n    for a in sorted({i[4][0] for i in socket.getaddrinfo("
@@ -43,7 +44,7 @@ PY_LOOKUP = ("import socket, sys\ntry:\n    for a in sorted({i[4][0] for i in so
 def rendered(autopath: bool) -> tuple[str, str]:
     """The Corefile and the pod's resolv.conf, as `splitdns render` writes them for this pod (the
     tunnel zone's state from the hook's file here: no OpenVPN runs in this lab)."""
-    req = render.Request(zones=["svc.acme.internal=openvpn", f".={CATCH_ALL}"], cluster_dns=KUBE_DNS,
+    req = render.Request(zones=[f"{TUNNEL_ZONE}=openvpn", f".={CATCH_ALL}"], cluster_dns=KUBE_DNS,
                          filter_aaaa=True, no_autopath=not autopath)
     docs = [d for text in render.files(req).values() for d in yaml.safe_load_all(text) if d]
     corefile = next(d["data"]["Corefile"] for d in docs if d["kind"] == "ConfigMap")
@@ -110,8 +111,10 @@ class WalkLab:
             out[role] = [f"{e['qname'].lower()} {e['qtype']}" for e in entries if "qname" in e]
         return out
 
-    def tunnel(self, up: bool) -> None:
-        """What OpenVPN's --up/--down would make `splitdns openvpn-hook` write."""
+    def tunnel(self, up: bool, settle: bool = True) -> None:
+        """What OpenVPN's --up/--down would make `splitdns openvpn-hook` write; with `settle`,
+        then wait until the resolver's /ready?zone= says the tunnel zone is up or down (it reads
+        the state file every 200 ms: a lookup sent before that would race it)."""
         # `dev`: the interface OpenVPN names, to which the zone binds its upstream sockets: the
         # stand-in tunnel DNS listens on this namespace's loopback.
         env = {"script_type": "up" if up else "down", "dns_server_1_address_1": TUNNEL_DNS, "dev": "lo",
@@ -119,6 +122,17 @@ class WalkLab:
         subprocess.run([sys.executable, "-m", "splitdns", "openvpn-hook", "--state",
                         str(self.workdir / "openvpn.json"), "tun0", "1500", "0", "10.8.0.2",
                         "255.255.255.0", "init"], env=env, check=True, timeout=10)
+        if settle:
+            _wait(f"the tunnel zone {'up' if up else 'down'}", self,
+                  [sys.executable, "-c", _READY_STATUS, f"http://127.0.0.1:8181/ready?zone={TUNNEL_ZONE}"],
+                  seen="200" if up else "503", seconds=10)
+
+
+# The HTTP status of a GET (an error's too), or "none" while nothing answers.
+_READY_STATUS = ("import sys, urllib.error, urllib.request\n"
+                 "try:\n    print(urllib.request.urlopen(sys.argv[1], timeout=1).status)\n"
+                 "except urllib.error.HTTPError as err:\n    print(err.code)\n"
+                 "except OSError:\n    print('none')\n")
 
 
 def _start(lab: WalkLab, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
@@ -174,13 +188,14 @@ def walk_lab(workdir: Path, names: dict[str, dict[str, str]], autopath: bool = T
             _start(lab, role, [sys.executable, "-m", "tests.support.scripted_upstream", "--addr", addr,
                                "--port", "53", "--script", str(script), "--log", str(lab.logs[role]),
                                "--ready-file", str(workdir / f"{role}.ready")])
-        lab.tunnel(up=True)
+        lab.tunnel(up=True, settle=False)
         _start(lab, "splitdns", [sys.executable, "-m", "splitdns", "serve", "-conf",
                                  str(workdir / "Corefile")])
         for role in UPSTREAMS:
             _wait(role, lab, ["cat", str(workdir / f"{role}.ready")])
         _wait("splitdns", lab, ["dig", "+time=1", "+tries=1", "@127.0.0.1", "-p", "53", "up.invalid"],
               seen="status:")
+        lab.tunnel(up=True)  # and the resolver has read it
         lab.musl = workdir / "lookup-musl"
         source = Path(__file__).parent / "clients" / "lookup.c"
         run(["musl-gcc", "-static", "-O2", "-o", str(lab.musl), str(source)], timeout=60)
