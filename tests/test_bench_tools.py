@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
-from bench import calls, curves, environment, growth, measure, mix, peers, report, run, wakeup
+from bench import calls, curves, environment, growth, measure, mix, peers, report, run, startup, wakeup
 
 from tests.support import prerequisites
 
@@ -35,6 +35,13 @@ def test_calls_counts_each_kind_of_query_and_a_miss_costs_more_than_a_hit() -> N
     assert list(figures) == ["udp miss", "udp hit", "tcp miss", "tcp hit"]
     assert figures["udp miss"][0] > figures["udp hit"][0] > 0
     assert figures["tcp miss"][0] > figures["tcp hit"][0] > 0
+
+
+def test_startup_times_real_starts_of_serve_against_its_stand_in_upstream(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert startup.main(["--runs", "2"]) == 0
+    (line,) = capsys.readouterr().out.splitlines()
+    assert line.startswith("venv: exec to first answer median ") and "over 2," in line
 
 
 def test_wakeup_refuses_a_queue_larger_than_a_batch() -> None:
