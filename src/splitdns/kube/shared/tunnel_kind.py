@@ -115,6 +115,11 @@ def _no_lints(*_: object) -> list[Finding]:
     return []
 
 
+def _no_example(*_: object) -> tuple[list[Doc], list[Doc]]:
+    """render's full example brings no VPN container: the injection adds the kind's `sidecar`."""
+    return [], []
+
+
 @dataclass(frozen=True)
 class Kind:
     """One tunnel kind in kube. `learned_from` and `upstream_text` are what the ownership record
@@ -127,8 +132,8 @@ class Kind:
     upstream_text: str
     default_image: str
     corefile: Callable[[PlanView], list[str]]             # the tunnel directive's lines in a block
-    example: Callable[[PlanView, OptionsView], tuple[list[Doc], list[Doc]]]
     apply_steps: Callable[[PlanView], Steps]              # render's deployment: before `kubectl apply`
+    example: Callable[[PlanView, OptionsView], tuple[list[Doc], list[Doc]]] = _no_example
     # render's component: before `kubectl apply` (None: as apply_steps)
     component_steps: Callable[[PlanView, OptionsView], Steps] | None = None
     ownership_note: Callable[[PlanView], str] = _nothing_to_say  # after the upstream in the record

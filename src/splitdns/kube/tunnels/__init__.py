@@ -36,7 +36,7 @@ OPENVPN = Kind(
 WIREGUARD = Kind(
     directives.WIREGUARD, learned_from="wg-quick", upstream_text="the DNS of wg-quick's DNS = line",
     default_image=wireguard_pod.DEFAULT_IMAGE, corefile=wireguard_pod.corefile,
-    example=wireguard_pod.example, apply_steps=wireguard_pod.apply_steps,
+    apply_steps=wireguard_pod.apply_steps,
     config=ConfigFormat(wireguard_conf.looks_like, wireguard_conf.parse, (), "SD304", "Endpoint"),
     lints=wireguard_lint.check,
     sidecar=Sidecar(wireguard_pod.SECRET, wireguard_pod.prepare, wireguard_pod.add, wireguard_pod.patched,
@@ -46,7 +46,7 @@ OPENCONNECT = Kind(
     directives.OPENCONNECT, learned_from="openconnect",
     upstream_text="the DNS the OpenConnect gateway pushes",
     default_image=openconnect_pod.DEFAULT_IMAGE, corefile=openconnect_pod.corefile,
-    example=openconnect_pod.example, apply_steps=openconnect_pod.apply_steps, advice=openconnect_pod.advice,
+    apply_steps=openconnect_pod.apply_steps, advice=openconnect_pod.advice,
     config=ConfigFormat(openconnect_conf.looks_like, openconnect_conf.parse),  # the gateway's ocserv.conf
     lints=openconnect_lint.check,
     sidecar=Sidecar(openconnect_pod.SECRET, openconnect_pod.prepare, openconnect_pod.add,
@@ -54,7 +54,7 @@ OPENCONNECT = Kind(
 STRONGSWAN = Kind(
     directives.STRONGSWAN, learned_from="charon", upstream_text="the DNS an IKE SA received",
     default_image=strongswan_pod.DEFAULT_IMAGE, corefile=strongswan_pod.corefile,
-    example=strongswan_pod.example, apply_steps=strongswan_pod.apply_steps,
+    apply_steps=strongswan_pod.apply_steps,
     config=ConfigFormat(strongswan_conf.looks_like, strongswan_conf.parse),  # strongswan.conf, swanctl.conf
     lints=strongswan_lint.check,
     sidecar=Sidecar(strongswan_pod.SECRET, strongswan_pod.prepare, strongswan_pod.add,

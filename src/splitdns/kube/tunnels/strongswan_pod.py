@@ -67,11 +67,6 @@ def strongswan_container(image: str, sidecar: str) -> Doc:
     return c
 
 
-def example(plan: PlanView, opts: object) -> tuple[list[Doc], list[Doc]]:
-    """render's full example brings no VPN container: the injection adds ours (`add`)."""
-    return [], []
-
-
 def volumes(secret: str) -> list[Doc]:
     return [
         {"name": RUN_VOLUME, "emptyDir": {}},

@@ -20,7 +20,7 @@ Tests: tests/test_wireguard_kube.py, tests/test_image.py, tests/test_render.py.
 
 from __future__ import annotations
 
-from splitdns.kube.shared.tunnel_kind import Doc, OptionsView, PlanView, Steps
+from splitdns.kube.shared.tunnel_kind import Doc, PlanView, Steps
 
 INTERFACE = "wg0"
 CONTAINER = "wireguard"
@@ -201,11 +201,6 @@ def corefile(plan: PlanView) -> list[str]:
     indent = "    "
     return ["wireguard {", f"{indent}resolvconf {RUN_DIR}", f"{indent}interface {INTERFACE}",
             f"{indent}domains", "}"]
-
-
-def example(plan: PlanView, opts: OptionsView) -> tuple[list[Doc], list[Doc]]:
-    """render's full example brings no VPN container: the injection adds ours (`add`)."""
-    return [], []
 
 
 def apply_steps(plan: PlanView) -> Steps:
